@@ -1,0 +1,84 @@
+"""The hooks through which an intervention acts on the training loop (SPEC §5).
+
+The loop calls, in order:
+
+1. ``setup(model)`` once, after the model is built and before the optimiser
+   exists (record σ⁽⁰⁾, register capture hooks on ``attn.hook_q/hook_k``);
+2. ``trainable(name, param)`` for each parameter: ``False`` keeps it out of
+   the optimiser entirely (no update, no weight decay);
+3. per step: ``extra_loss(model)`` after the forward pass (a differentiable
+   scalar added to the loss, or ``None``), then ``after_step(model)`` after
+   the optimiser step (e.g. a projection, under ``torch.no_grad``);
+4. ``state_dict()`` / ``load_state_dict()`` with the run's checkpoint.
+
+The loop knows no intervention by name; the registry maps names to classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+from torch import Tensor, nn
+
+
+@dataclass
+class Intervention:
+    """Base class and the ``none`` condition: every hook is a no-op."""
+
+    name: ClassVar[str] = "none"
+    #: metric → +1 / −1: the direction SPEC §5 predicts against the matched ``none`` run.
+    predicted: ClassVar[dict[str, int]] = {}
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (int, float)) and value < 0:
+                raise ValueError(f"{self.name}: {f.name} must be >= 0, got {value!r}")
+
+    def setup(self, model: nn.Module) -> None:
+        """Called once before the optimiser is built."""
+
+    def trainable(self, name: str, param: nn.Parameter) -> bool:
+        """Whether ``param`` (named as in ``model.named_parameters()``) is optimised."""
+        return True
+
+    def extra_loss(self, model: nn.Module) -> Tensor | None:
+        """A differentiable term added to this step's loss, or None."""
+        return None
+
+    def after_step(self, model: nn.Module) -> None:
+        """Called after each optimiser step."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+
+    def config(self) -> dict[str, Any]:
+        """The strengths, for logs and the store."""
+        return asdict(self)
+
+
+REGISTRY: dict[str, type[Intervention]] = {"none": Intervention}
+
+
+def register(cls: type[Intervention]) -> type[Intervention]:
+    """Class decorator adding an intervention to the registry under ``cls.name``."""
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def make_intervention(name: str, **strengths: float) -> Intervention:
+    """Build a registered intervention; unknown names or strengths are clear errors."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown intervention {name!r}; valid: {', '.join(sorted(REGISTRY))}")
+    cls = REGISTRY[name]
+    allowed = {f.name for f in fields(cls)}
+    unknown = set(strengths) - allowed
+    if unknown:
+        raise ValueError(
+            f"{name}: unknown parameter(s) {sorted(unknown)}; valid: {sorted(allowed) or 'none'}"
+        )
+    return cls(**strengths)

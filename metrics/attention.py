@@ -1,0 +1,57 @@
+"""Attention statistics of SPEC §4.1, batched over sequences and heads.
+
+All functions take the attention scores S = q kᵀ · scale *before* masking
+([B, H, T, T]) so that a model's own scaling (rotary, per-layer scale) is
+respected; ``causal_scores`` builds S for a plain scaled-dot-product model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from metrics.spectra import effective_rank
+
+
+def causal_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
+    """S = q kᵀ · scale. q, k: [B, H, T, d_head] → [B, H, T, T]; scale defaults to 1/sqrt(d_head)."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    return (q @ k.transpose(-1, -2)) * scale
+
+
+def causal_mask(t: int, device: torch.device | None = None) -> Tensor:
+    """[T, T] bool, True where query t may attend to key j (j ≤ t)."""
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
+
+
+def attention_stats(scores: Tensor, mask: Tensor | None = None) -> dict[str, float]:
+    """The attention columns of SPEC §4.1 from unmasked scores.
+
+    scores: [B, H, T, T] (query × key). mask: [T, T] or broadcastable bool,
+    True = allowed; default causal. Returns floats, each a mean over B and H:
+    ``qk_erank`` (erank of the unmasked S), ``attn_entropy`` (nats, mean over
+    rows too), ``attn_top1``, ``attn_erank`` (erank of the attention matrix),
+    ``logit_std`` (std of S over the allowed entries of each (b, h)).
+    """
+    if scores.dim() != 4 or scores.shape[-1] != scores.shape[-2]:
+        raise ValueError(f"scores must be [B, H, T, T], got {tuple(scores.shape)}")
+    s = scores.to(torch.float64)
+    if mask is None:
+        mask = causal_mask(s.shape[-1], s.device)
+    mask = mask.expand_as(s)
+    probs = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)  # [B, H, T, T]
+    row_entropy = -torch.special.xlogy(probs, probs).sum(-1)  # [B, H, T]
+    allowed = mask.to(torch.float64)
+    count = allowed.sum(dim=(-2, -1))  # [B, H]
+    mean = (s * allowed).sum(dim=(-2, -1)) / count
+    var = (((s - mean[..., None, None]) * allowed) ** 2).sum(dim=(-2, -1)) / count  # ddof 0
+    return {
+        "qk_erank": effective_rank(s).mean().item(),
+        "attn_entropy": row_entropy.mean().item(),
+        "attn_top1": probs.amax(-1).mean().item(),
+        "attn_erank": effective_rank(probs).mean().item(),
+        "logit_std": var.sqrt().mean().item(),
+    }

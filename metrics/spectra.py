@@ -1,0 +1,78 @@
+"""Spectral summaries of activations and weights (SPEC §4).
+
+Pure functions of tensors: no model, no I/O. Everything accumulates in
+float64 so that the numbers do not depend on the training dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def participation_ratio(x: Tensor) -> Tensor:
+    """Participation ratio of activation vectors.
+
+    x: [..., N, D] (N vectors of dimension D, batched over leading dims).
+    Returns [...] float64: ``(Σλ)² / Σλ²`` over the eigenvalues λ of the centred
+    covariance (1/(N−1)); lies in [1, D]. Data with zero variance gives NaN.
+
+    Uses Σλ = tr C and Σλ² = ‖C‖_F², so no eigendecomposition is needed.
+    """
+    if x.dim() < 2:
+        raise ValueError(f"participation_ratio expects [..., N, D], got shape {tuple(x.shape)}")
+    n = x.shape[-2]
+    if n < 2:
+        raise ValueError(f"participation_ratio needs N >= 2 vectors, got N={n}")
+    x = x.to(torch.float64)
+    xc = x - x.mean(dim=-2, keepdim=True)
+    if n >= x.shape[-1]:
+        cov = xc.transpose(-1, -2) @ xc / (n - 1)  # [..., D, D]
+    else:  # the N×N Gram matrix has the same non-zero spectrum and is smaller
+        cov = xc @ xc.transpose(-1, -2) / (n - 1)  # [..., N, N]
+    trace = torch.diagonal(cov, dim1=-2, dim2=-1).sum(-1)
+    return trace**2 / (cov**2).sum(dim=(-2, -1))
+
+
+def effective_rank(m: Tensor) -> Tensor:
+    """Effective rank (Roy & Vetterli 2007) of each matrix.
+
+    m: [..., R, C]. Returns [...] float64: ``exp(−Σ p log p)`` with
+    p = σ/Σσ over the singular values σ, in [1, min(R, C)].
+    The zero matrix has no spectrum to spread; we define its erank as 0.
+    """
+    if m.dim() < 2:
+        raise ValueError(f"effective_rank expects [..., R, C], got shape {tuple(m.shape)}")
+    s = torch.linalg.svdvals(m.to(torch.float64))  # [..., min(R, C)]
+    total = s.sum(-1, keepdim=True)
+    p = s / total.clamp_min(torch.finfo(torch.float64).tiny)
+    entropy = -torch.special.xlogy(p, p).sum(-1)  # xlogy gives 0·log 0 = 0
+    return torch.where(total.squeeze(-1) > 0, entropy.exp(), torch.zeros_like(entropy))
+
+
+def _row_abs_cos(wq: Tensor, wk: Tensor) -> Tensor:
+    """|cos| between matching rows; NaN where either row is zero. [..., R]."""
+    if wq.shape != wk.shape:
+        raise ValueError(f"W_Q and W_K shapes differ: {tuple(wq.shape)} vs {tuple(wk.shape)}")
+    wq, wk = wq.to(torch.float64), wk.to(torch.float64)
+    nq, nk = wq.norm(dim=-1), wk.norm(dim=-1)
+    dot = (wq * wk).sum(-1)
+    valid = (nq > 0) & (nk > 0)
+    cos = dot.abs() / torch.where(valid, nq * nk, torch.ones_like(dot))
+    return torch.where(valid, cos, torch.full_like(cos, float("nan")))
+
+
+def qk_alignment(wq: Tensor, wk: Tensor) -> Tensor:
+    """Q/K alignment: mean over rows i of |cos(W_Q[i,:], W_K[i,:])|.
+
+    wq, wk: [D_out, D_in] (PyTorch Linear layout). Rows where either weight is
+    zero are skipped. Returns a float64 scalar in [0, 1] (NaN if no valid row).
+    """
+    return torch.nanmean(_row_abs_cos(wq, wk))
+
+
+def qk_alignment_per_head(wq: Tensor, wk: Tensor, n_head: int) -> Tensor:
+    """Alignment per head: head h owns rows ``h*d_head:(h+1)*d_head``. Returns [n_head]."""
+    if wq.shape[0] % n_head:
+        raise ValueError(f"{wq.shape[0]} output rows do not split into n_head={n_head} heads")
+    return torch.nanmean(_row_abs_cos(wq, wk).view(n_head, -1), dim=-1)

@@ -1,0 +1,309 @@
+"""One training run (SPEC §3), framework-free: no Ray, no files, no metrics of its own.
+
+``Trainer`` owns the model, optimiser, scaler and batch generator, calls
+``on_epoch`` after epoch 0 (at initialisation, before any step) and after
+every epoch, and can save and restore its whole state so that a run stopped
+after epoch e and resumed is, on the CPU, bit-identical to one that never
+stopped. Interventions act only through their hooks (``interventions.base``).
+
+``python -m model.train`` trains one run from flags and prints a line per epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from metrics.probe import probe_layers
+from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, load_corpus, probe_batch
+from model.gpt import GPTConfig
+from model.qk_init import QK_INITS, build_model, check_qk_init
+
+Status = Literal["running", "completed", "diverged"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation recipe. Defaults are the paper's (SPEC §3)."""
+
+    lr: float = 1e-4  # constant learning rate
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 0.1  # on matrices and embeddings only
+    grad_clip: float = 1.0  # max global grad norm
+    batch_size: int = 64  # sequences per step
+    epochs: int = 45  # epochs after epoch 0
+    steps_per_epoch: int | None = None  # None: one pass, len(train) // (batch · context)
+    eval_batches: int = 8  # fixed validation batches for val_loss
+    probe_seqs: int = 16  # sequences in the fixed probe batch (× context positions)
+    amp: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: bf16/fp16 on CUDA, off on CPU
+    device: str = "auto"  # auto: cuda if available
+    seed: int = 0  # batch order (weights are seeded by build_model)
+    compile: bool = False  # torch.compile the forward pass (CUDA only)
+    check_every: int = 25  # steps between non-finite-loss checks (each one syncs the device)
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "batch_size", "eval_batches", "probe_seqs", "check_every"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"TrainConfig.{name} must be positive, got {getattr(self, name)!r}")
+        if self.epochs < 0:
+            raise ValueError(f"TrainConfig.epochs must be >= 0, got {self.epochs}")
+        if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
+            raise ValueError(f"TrainConfig.steps_per_epoch must be positive or None, got {self.steps_per_epoch}")
+        if self.weight_decay < 0 or self.grad_clip <= 0:
+            raise ValueError("TrainConfig.weight_decay must be >= 0 and grad_clip > 0")
+        if self.amp not in ("auto", "off", "bf16", "fp16"):
+            raise ValueError(f"TrainConfig.amp must be auto, off, bf16 or fp16, got {self.amp!r}")
+
+
+@dataclass
+class EpochReport:
+    """What ``on_epoch`` receives: run-level columns and one row per layer."""
+
+    epoch: int
+    status: Status
+    run: dict[str, Any]  # train_loss, val_loss, grad_norm, tokens_seen, wall_s, tokens_per_s, status
+    layers: list[dict[str, Any]] = field(default_factory=list)  # §4.1 columns incl. grad norms
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class Trainer:
+    """A single run: model, optimiser, data order and the per-epoch probe."""
+
+    def __init__(self, model_cfg: GPTConfig, cfg: TrainConfig, corpus: Corpus, qk_init: str,
+                 model_seed: int, intervention: Any | None = None) -> None:
+        from interventions.base import Intervention  # the loop sees only the hook interface
+
+        check_qk_init(qk_init)
+        if model_cfg.vocab_size != corpus.vocab_size:
+            raise ValueError(f"model vocab_size {model_cfg.vocab_size} != corpus vocabulary {corpus.vocab_size}")
+        self.model_cfg, self.cfg, self.corpus = model_cfg, cfg, corpus
+        self.device = resolve_device(cfg.device)
+        self.intervention = intervention if intervention is not None else Intervention()
+        self.steps_per_epoch = cfg.steps_per_epoch or len(corpus.train) // (cfg.batch_size * model_cfg.context)
+        if self.steps_per_epoch <= 0:
+            raise ValueError(
+                f"corpus {corpus.name!r} has {len(corpus.train)} training tokens, fewer than one batch "
+                f"of {cfg.batch_size}×{model_cfg.context}; set steps_per_epoch or use a larger corpus"
+            )
+        self.model = build_model(model_cfg, qk_init, model_seed).to(self.device)
+        self.intervention.setup(self.model)
+        self._setup_precision()
+        self.optimizer = self._make_optimizer()
+        self.sampler = BatchSampler(corpus.train, cfg.batch_size, model_cfg.context, cfg.seed, self.device)
+        self.val_x, self.val_y = (t.to(self.device) for t in fixed_windows(
+            corpus.val, cfg.eval_batches * cfg.batch_size, model_cfg.context, VAL_SEED))
+        self.probe_x = probe_batch(corpus, cfg.probe_seqs, model_cfg.context).to(self.device)
+        self.forward = torch.compile(self.model) if cfg.compile and self.device.type == "cuda" else self.model
+        self.epoch, self.step, self.tokens_seen, self.wall_s = 0, 0, 0, 0.0
+        self.status: Status = "running"
+
+    # -- set-up -----------------------------------------------------------------
+
+    def _setup_precision(self) -> None:
+        amp = self.cfg.amp
+        if self.device.type != "cuda" or amp == "off":
+            self.amp_dtype = None
+        elif amp == "auto":
+            self.amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        else:
+            self.amp_dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            if not self.intervention.trainable(name, p):
+                p.requires_grad_(False)
+                continue
+            (decay if p.dim() >= 2 else no_decay).append(p)
+        groups = [{"params": decay, "weight_decay": self.cfg.weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        fused = self.device.type == "cuda"
+        return torch.optim.AdamW(groups, lr=self.cfg.lr, betas=(self.cfg.beta1, self.cfg.beta2), fused=fused)
+
+    # -- state ------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue bit-identically (model, optimiser, scaler, RNGs, counters)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "intervention": self.intervention.state_dict(),
+            "epoch": self.epoch, "step": self.step, "tokens_seen": self.tokens_seen,
+            "wall_s": self.wall_s, "status": self.status,
+            "model_cfg": asdict(self.model_cfg), "train_cfg": asdict(self.cfg),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.sampler.load_state_dict(state["sampler"])
+        torch.set_rng_state(state["torch_rng"])
+        self.intervention.load_state_dict(state["intervention"])
+        self.epoch, self.step = state["epoch"], state["step"]
+        self.tokens_seen, self.wall_s, self.status = state["tokens_seen"], state["wall_s"], state["status"]
+
+    # -- measurement ------------------------------------------------------------
+
+    @torch.no_grad()
+    def val_loss(self) -> float:
+        was_training = self.model.training
+        self.model.eval()
+        total = torch.zeros((), device=self.device, dtype=torch.float64)
+        bs = self.cfg.batch_size
+        for i in range(0, len(self.val_x), bs):
+            with self._autocast():
+                _, loss = self.forward(self.val_x[i:i + bs], self.val_y[i:i + bs])
+            total += loss.double()
+        self.model.train(was_training)
+        return (total / math.ceil(len(self.val_x) / bs)).item()
+
+    def _report(self, train_loss: float | None, grad_norm: float | None,
+                grad_qk: Tensor | None, epoch_wall: float | None) -> EpochReport:
+        layers = probe_layers(self.model, self.probe_x)
+        for i, row in enumerate(layers):
+            row["grad_norm_q"] = None if grad_qk is None else grad_qk[i, 0].item()
+            row["grad_norm_k"] = None if grad_qk is None else grad_qk[i, 1].item()
+        tokens_epoch = self.steps_per_epoch * self.cfg.batch_size * self.model_cfg.context
+        run = {
+            "train_loss": train_loss, "val_loss": self.val_loss(), "grad_norm": grad_norm,
+            "tokens_seen": self.tokens_seen, "wall_s": self.wall_s,
+            "tokens_per_s": None if not epoch_wall else tokens_epoch / epoch_wall,
+            "status": self.status,
+        }
+        return EpochReport(self.epoch, self.status, run, layers)
+
+    # -- the loop ---------------------------------------------------------------
+
+    def _train_epoch(self) -> tuple[float, float, Tensor] | None:
+        """One epoch of steps; returns (mean loss, mean pre-clip grad norm, [L, 2] mean q/k grad
+        norms), or None when the loss turned non-finite."""
+        model, opt = self.model, self.optimizer
+        model.train()
+        qk_params = [p for b in model.blocks for p in (b.attn.q_proj.weight, b.attn.k_proj.weight)]
+        loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
+        norm_sum = torch.zeros((), device=self.device, dtype=torch.float64)
+        qk_sum = torch.zeros(len(qk_params), device=self.device, dtype=torch.float64)
+        zero = torch.zeros((), device=self.device)
+        trainable = [p for g in opt.param_groups for p in g["params"]]
+        for i in range(self.steps_per_epoch):
+            x, y = self.sampler.next()
+            with self._autocast():
+                _, loss = self.forward(x, y)
+                extra = self.intervention.extra_loss(model)
+            total = loss if extra is None else loss + extra
+            self.scaler.scale(total).backward()
+            self.scaler.unscale_(opt)
+            qk_sum += torch.stack([p.grad.norm() if p.grad is not None else zero for p in qk_params]).double()
+            norm_sum += torch.nn.utils.clip_grad_norm_(trainable, self.cfg.grad_clip).double()
+            self.scaler.step(opt)
+            self.scaler.update()
+            opt.zero_grad(set_to_none=True)
+            self.intervention.after_step(model)
+            loss_sum += loss.detach().double()
+            self.step += 1
+            self.tokens_seen += x.numel()
+            if (i + 1) % self.cfg.check_every == 0 and not torch.isfinite(loss_sum):
+                return None
+        if not torch.isfinite(loss_sum):
+            return None
+        n = self.steps_per_epoch
+        return (loss_sum / n).item(), (norm_sum / n).item(), (qk_sum / n).view(-1, 2).cpu()
+
+    def run(self, on_epoch: Callable[[EpochReport], None] | None = None) -> Status:
+        """Train to ``cfg.epochs`` from wherever the state is; returns the final status."""
+        on_epoch = on_epoch or (lambda report: None)
+        if self.epoch == 0 and self.step == 0:
+            on_epoch(self._report(None, None, None, None))
+        while self.epoch < self.cfg.epochs and self.status == "running":
+            t0 = time.perf_counter()
+            result = self._train_epoch()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            self.wall_s += dt
+            self.epoch += 1
+            if result is None:
+                self.status = "diverged"
+                run = {"train_loss": float("nan"), "val_loss": None, "grad_norm": None,
+                       "tokens_seen": self.tokens_seen, "wall_s": self.wall_s,
+                       "tokens_per_s": None, "status": self.status}
+                on_epoch(EpochReport(self.epoch, self.status, run, []))
+                break
+            if self.epoch == self.cfg.epochs:
+                self.status = "completed"
+            on_epoch(self._report(result[0], result[1], result[2], dt))
+        return self.status
+
+
+# -- command line ---------------------------------------------------------------
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m model.train", description="Train one run, no Ray.")
+    p.add_argument("--corpus", default="stdlib-docs", help="wikitext103, stdlib-docs or a text file")
+    p.add_argument("--data-dir", default=None, help="directory holding wiki.train.raw")
+    p.add_argument("--init", default="independent_xavier", choices=sorted(QK_INITS))
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--seed", type=int, default=37)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--steps-per-epoch", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--d-mlp", type=int, default=256)
+    p.add_argument("--context", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--device", default="auto")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
+    corpus = load_corpus(args.corpus, args.data_dir)
+    model_cfg = GPTConfig(vocab_size=corpus.vocab_size, n_layer=args.depth, n_head=args.n_head,
+                          d_model=args.d_model, d_mlp=args.d_mlp, context=args.context)
+    cfg = TrainConfig(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
+                      steps_per_epoch=args.steps_per_epoch, seed=args.seed, device=args.device)
+    trainer = Trainer(model_cfg, cfg, corpus, args.init, args.seed)
+    print(f"{corpus.name}: {corpus.vocab_size} symbols, {len(corpus.train):,} train / {len(corpus.val):,} val "
+          f"tokens; {args.init}, {args.depth} layers, {trainer.model.num_params():,} parameters on {trainer.device}")
+
+    def show(r: EpochReport) -> None:
+        run = r.run
+        fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
+        align = sum(row["qk_alignment"] for row in r.layers) / max(len(r.layers), 1)
+        print(f"epoch {r.epoch:3d}  train {fmt(run['train_loss'], '.4f')}  val {fmt(run['val_loss'], '.4f')}  "
+              f"align {align:.4f}  {fmt(run['tokens_per_s'], ',.0f')} tok/s  {r.status}")
+
+    trainer.run(show)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Arrow schemas of the store's three tables (SPEC §6).
+
+Every writer and reader uses these, so an all-null column keeps its type and
+two runs written months apart concatenate cleanly. Bump ``SCHEMA_VERSION``
+when a column changes meaning; add columns at the end.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+TABLES = ("layers", "epochs", "checkpoints")
+
+#: Identity of a training run; ``run_id`` is derived from the others (see ``run_id``).
+RUN_IDENTITY: list[pa.Field] = [
+    pa.field("sweep", pa.string(), nullable=False),
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("preset", pa.string(), nullable=False),
+    pa.field("init", pa.string(), nullable=False),
+    pa.field("depth", pa.int32(), nullable=False),
+    pa.field("seed", pa.int64(), nullable=False),
+    pa.field("intervention", pa.string(), nullable=False),
+]
+
+#: Per-layer geometry columns (SPEC §4.1), float64, in the order the probe emits them.
+LAYER_METRICS: tuple[str, ...] = (
+    "pr_q",
+    "pr_k",
+    "pr_q_minus_pr_k",
+    "qk_erank",
+    "attn_entropy",
+    "attn_top1",
+    "attn_erank",
+    "logit_std",
+    "wq_erank",
+    "wk_erank",
+    "wq_erank_head",
+    "wk_erank_head",
+    "qk_alignment",
+    "wq_norm",
+    "wk_norm",
+)
+#: Per-layer gradient columns, filled by the trainer; null at epoch 0 (no step taken yet).
+LAYER_GRAD_METRICS: tuple[str, ...] = ("grad_norm_q", "grad_norm_k")
+
+#: Run-level float columns per epoch; ``train_loss`` and ``grad_norm`` are null at epoch 0.
+EPOCH_METRICS: tuple[str, ...] = ("train_loss", "val_loss", "grad_norm", "wall_s", "tokens_per_s")
+
+#: Run status values: ``running`` while epochs remain, then ``completed`` or ``diverged``.
+STATUSES = ("running", "completed", "diverged")
+
+#: Columns the checkpoint probe measures (SPEC §7).
+CHECKPOINT_METRICS: tuple[str, ...] = (
+    "pr_q",
+    "pr_k",
+    "pr_q_minus_pr_k",
+    "qk_erank",
+    "attn_entropy",
+    "attn_top1",
+    "attn_erank",
+    "logit_std",
+)
+
+LAYERS = pa.schema(
+    RUN_IDENTITY
+    + [pa.field("epoch", pa.int32(), nullable=False), pa.field("layer", pa.int32(), nullable=False)]
+    + [pa.field(c, pa.float64()) for c in LAYER_METRICS + LAYER_GRAD_METRICS]
+    + [pa.field("schema_version", pa.int32(), nullable=False)]
+)
+
+EPOCHS = pa.schema(
+    RUN_IDENTITY
+    + [pa.field("epoch", pa.int32(), nullable=False)]
+    + [pa.field(c, pa.float64()) for c in EPOCH_METRICS]
+    + [
+        pa.field("tokens_seen", pa.int64(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("schema_version", pa.int32(), nullable=False),
+    ]
+)
+
+CHECKPOINTS = pa.schema(
+    [
+        pa.field("series", pa.string(), nullable=False),
+        pa.field("repo", pa.string()),
+        pa.field("revision", pa.string(), nullable=False),
+        pa.field("step", pa.int64()),
+        pa.field("tokens", pa.int64()),
+        pa.field("progress", pa.float64()),
+        pa.field("layer", pa.int32()),  # null on the single row recording a failed revision
+    ]
+    + [pa.field(c, pa.float64()) for c in CHECKPOINT_METRICS]
+    + [
+        pa.field("status", pa.string(), nullable=False),  # "ok" or "failed"
+        pa.field("reason", pa.string()),  # why a revision failed; null when ok
+        pa.field("schema_version", pa.int32(), nullable=False),
+    ]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {"layers": LAYERS, "epochs": EPOCHS, "checkpoints": CHECKPOINTS}
+
+#: Columns that identify one row of each table: no two rows may share them.
+KEYS: dict[str, tuple[str, ...]] = {
+    "layers": ("run_id", "epoch", "layer"),
+    "epochs": ("run_id", "epoch"),
+    "checkpoints": ("series", "revision", "layer"),
+}
+
+
+def run_id(sweep: str, preset: str, init: str, depth: int, seed: int, intervention: str) -> str:
+    """A run's identity as one readable, path-safe string.
+
+    The same cell always gets the same id, so rerunning it overwrites its rows.
+    """
+    return f"{sweep}.{preset}.{init}.L{depth}.s{seed}.{intervention}"
