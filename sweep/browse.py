@@ -1,0 +1,77 @@
+"""``python -m sweep.browse [EXPERIMENT]``: Tune's view of a sweep from the command line.
+
+Lists every trial (status, cell, epochs done, last metrics) from Tune's own
+experiment state via ``tune.ExperimentAnalysis``; ``--trial`` shows one
+trial's per-epoch history. EXPERIMENT is an experiment folder (local or
+``s3://``); by default the most recently changed one under ``--storage``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+CELL_COLUMNS = {"config/cell/intervention": "condition", "config/cell/init": "init",
+                "config/cell/depth": "depth", "config/cell/seed": "seed"}
+METRIC_COLUMNS = ["epoch", "status", "val_loss", "qk_alignment", "pr_q", "pr_k", "attn_entropy"]
+
+
+def latest_experiment(storage: str) -> str:
+    """The most recently modified experiment folder under a local storage path."""
+    root = Path(storage)
+    candidates = [p for p in root.glob("*") if p.is_dir() and any(p.glob("experiment_state-*.json"))]
+    if not candidates:
+        raise SystemExit(f"sweep.browse: no Tune experiment under {root.resolve()}; "
+                         "run a sweep first or pass the experiment path")
+    return str(max(candidates, key=lambda p: p.stat().st_mtime))
+
+
+def trials_table(analysis) -> pd.DataFrame:
+    """One row per trial: id, Tune status, cell, last metrics."""
+    last = analysis.dataframe()
+    status = {t.trial_id: t.status for t in analysis.trials}
+    table = last.rename(columns=CELL_COLUMNS)
+    table.insert(0, "tune_status", table["trial_id"].map(status))
+    cols = ["trial_id", "tune_status", *CELL_COLUMNS.values(), *METRIC_COLUMNS]
+    table = table[[c for c in cols if c in table.columns]]
+    return table.sort_values([c for c in ("condition", "init", "depth", "seed") if c in table.columns],
+                             ignore_index=True)
+
+
+def trial_history(analysis, trial: str) -> pd.DataFrame:
+    """Per-epoch results of the trial whose id or name matches ``trial``."""
+    for t in analysis.trials:
+        if trial in (t.trial_id, str(t)):
+            frame = analysis.trial_dataframes[t.trial_id]
+            return frame[[c for c in ["training_iteration", *METRIC_COLUMNS, "train_loss", "tokens_per_s"]
+                          if c in frame.columns]]
+    names = ", ".join(f"{t.trial_id} ({t})" for t in analysis.trials)
+    raise SystemExit(f"sweep.browse: no trial {trial!r}; trials: {names}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m sweep.browse", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("experiment", nargs="?", help="experiment folder (default: latest under --storage)")
+    p.add_argument("--storage", default="runs/ray", help="where sweeps keep Tune experiments")
+    p.add_argument("--trial", help="trial id or name: show its per-epoch history")
+    args = p.parse_args(argv)
+    from ray import tune
+
+    path = args.experiment or latest_experiment(args.storage)
+    analysis = tune.ExperimentAnalysis(path)
+    fmt = {"float_format": lambda v: f"{v:.4f}", "index": False}
+    if args.trial:
+        print(trial_history(analysis, args.trial).to_string(**fmt))
+    else:
+        table = trials_table(analysis)
+        print(f"{path}: {len(table)} trials; " + ", ".join(
+            f"{k} {v}" for k, v in table["tune_status"].value_counts().items()))
+        print(table.to_string(**fmt))
+    print(f"\ntensorboard --logdir {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Named sweep presets (SPEC §10) and the flags that override them.
+
+A preset fixes the grid (depths × inits × seeds × conditions) and the
+per-run shape. ``Preset.cells()`` expands it into one ``Cell`` per trial;
+``Cell.to_config()`` is the Tune config, the checkpoint metadata and the
+store identity at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from interventions import REGISTRY as INTERVENTIONS
+from model.gpt import GPTConfig
+from model.qk_init import QK_INITS
+from model.train import TrainConfig
+from sweep.schema import run_id
+
+INITS = tuple(QK_INITS)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One sweep's grid and run shape. Sizes follow ``GPTConfig`` / ``TrainConfig``."""
+
+    name: str
+    sweep: str  # "baseline" or "interventions": the store's ``sweep`` column
+    corpus: str  # wikitext103, stdlib-docs or a text file path
+    depths: tuple[int, ...]
+    inits: tuple[str, ...]
+    seeds: tuple[int, ...]
+    epochs: int
+    steps_per_epoch: int | None  # None: one pass over the training split per epoch
+    conditions: tuple[str, ...] = ("none",)
+    data_dir: str | None = None  # directory holding wiki.train.raw (wikitext103)
+    n_head: int = 4
+    d_model: int = 256
+    d_mlp: int = 1024
+    context: int = 128
+    batch_size: int = 64
+    lr: float = 1e-4
+    eval_batches: int = 8
+    probe_seqs: int = 16
+    amp: str = "auto"
+    note: str = ""  # printed with the sweep and kept in the report
+
+    def __post_init__(self) -> None:
+        for axis in ("depths", "inits", "seeds", "conditions"):
+            if not getattr(self, axis):
+                raise ValueError(f"preset {self.name!r}: the grid is empty ({axis} has no values)")
+        bad = [i for i in self.inits if i not in QK_INITS]
+        if bad:
+            raise ValueError(f"unknown init(s) {bad}; valid: {', '.join(QK_INITS)}")
+        bad = [c for c in self.conditions if c not in INTERVENTIONS]
+        if bad:
+            raise ValueError(f"unknown condition(s) {bad}; valid: {', '.join(sorted(INTERVENTIONS))}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"duplicate seeds in {self.seeds}")
+        for d in self.depths:
+            self.model_config(d, vocab_size=1)  # validates sizes early
+        self.train_config(seed=0)
+
+    def model_config(self, depth: int, vocab_size: int) -> GPTConfig:
+        return GPTConfig(vocab_size=vocab_size, n_layer=depth, n_head=self.n_head,
+                         d_model=self.d_model, d_mlp=self.d_mlp, context=self.context)
+
+    def train_config(self, seed: int, device: str = "auto", compile: bool = False) -> TrainConfig:
+        return TrainConfig(lr=self.lr, batch_size=self.batch_size, epochs=self.epochs,
+                           steps_per_epoch=self.steps_per_epoch, eval_batches=self.eval_batches,
+                           probe_seqs=self.probe_seqs, amp=self.amp, device=device, seed=seed,
+                           compile=compile)
+
+    def cells(self) -> list[Cell]:
+        """Every trial of the grid, in a stable order."""
+        return [Cell(self, init, depth, seed, cond)
+                for cond in self.conditions for init in self.inits
+                for depth in self.depths for seed in self.seeds]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One trial: a preset and its (init, depth, seed, condition)."""
+
+    preset: Preset
+    init: str
+    depth: int
+    seed: int
+    intervention: str = "none"
+
+    @property
+    def run_id(self) -> str:
+        return run_id(self.preset.sweep, self.preset.name, self.init, self.depth, self.seed, self.intervention)
+
+    def identity(self) -> dict[str, Any]:
+        """The store's identity columns."""
+        return {"sweep": self.preset.sweep, "run_id": self.run_id, "preset": self.preset.name,
+                "init": self.init, "depth": self.depth, "seed": self.seed,
+                "intervention": self.intervention}
+
+    def to_config(self) -> dict[str, Any]:
+        """Plain scalars for Tune (its config, result files and TensorBoard hparams).
+
+        The grid axes are left out: a trial needs only its own cell and the run shape.
+        """
+        shape = {k: v for k, v in asdict(self.preset).items() if k not in GRID_AXES}
+        return {"preset": shape, "init": self.init, "depth": self.depth,
+                "seed": self.seed, "intervention": self.intervention}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Cell:
+        axes = {"depths": (config["depth"],), "inits": (config["init"],), "seeds": (config["seed"],),
+                "conditions": (config["intervention"],)}
+        preset = Preset(**config["preset"], **axes)
+        return cls(preset, config["init"], config["depth"], config["seed"], config["intervention"])
+
+
+GRID_AXES = ("depths", "inits", "seeds", "conditions")
+
+
+PAPER_SEEDS = (37, 42, 105, 210)
+INTERVENTION_SEEDS = (7, 37, 42, 105, 210)
+ALL_CONDITIONS = ("none", "forced_k_contraction", "k_spectrum_clamp", "freeze_k", "freeze_q", "qk_align_reg")
+
+_DEMO_SHAPE = dict(corpus="stdlib-docs", n_head=4, d_model=64, d_mlp=256, context=64, batch_size=16,
+                   lr=1e-3, eval_batches=4, probe_seqs=16,
+                   note="demo preset: lr 1e-3 (paper: 1e-4) so that a few minutes show real learning")
+_SMOKE_SHAPE = dict(corpus="stdlib-docs", n_head=2, d_model=16, d_mlp=32, context=16, batch_size=4,
+                    lr=1e-3, eval_batches=1, probe_seqs=2, note="smoke preset: tests only")
+
+BASELINE_PRESETS: dict[str, Preset] = {
+    "paper": Preset("paper", "baseline", "wikitext103", (4, 6, 8), INITS, PAPER_SEEDS, 45, None),
+    "demo": Preset("demo", "baseline", depths=(4, 6, 8), inits=INITS, seeds=(37, 42), epochs=6,
+                   steps_per_epoch=30, **_DEMO_SHAPE),
+    "smoke": Preset("smoke", "baseline", depths=(1, 2), inits=INITS[:2], seeds=(37,), epochs=2,
+                    steps_per_epoch=2, **_SMOKE_SHAPE),
+}
+
+INTERVENTION_PRESETS: dict[str, Preset] = {
+    "paper": Preset("paper", "interventions", "wikitext103", (8,), ("independent_xavier",),
+                    INTERVENTION_SEEDS, 15, None, conditions=ALL_CONDITIONS),
+    "demo": Preset("demo", "interventions", depths=(8,), inits=("independent_xavier",),
+                   seeds=INTERVENTION_SEEDS, epochs=6, steps_per_epoch=30, conditions=ALL_CONDITIONS,
+                   **_DEMO_SHAPE),
+    "smoke": Preset("smoke", "interventions", depths=(2,), inits=("independent_xavier",), seeds=(7,),
+                    epochs=2, steps_per_epoch=2, conditions=ALL_CONDITIONS, **_SMOKE_SHAPE),
+}
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def add_grid_flags(p: argparse.ArgumentParser, presets: dict[str, Preset], conditions: bool = False) -> None:
+    """The flags that select a preset and override its fields."""
+    g = p.add_argument_group("grid (override the preset)")
+    g.add_argument("--preset", default="demo", help=f"one of {', '.join(presets)} (default demo)")
+    g.add_argument("--depths", type=_ints, help="comma-separated layer counts, e.g. 4,6,8")
+    g.add_argument("--inits", type=_names, help=f"comma-separated subset of {', '.join(INITS)}")
+    g.add_argument("--seeds", type=int, metavar="N", help="the first N of the preset's seeds")
+    g.add_argument("--seed-list", type=_ints, help="explicit comma-separated seeds")
+    if conditions:
+        g.add_argument("--conditions", type=_names,
+                       help=f"comma-separated subset of {', '.join(ALL_CONDITIONS)}")
+    g.add_argument("--epochs", type=int)
+    g.add_argument("--steps-per-epoch", type=int)
+    g.add_argument("--corpus", help="wikitext103, stdlib-docs or a text file")
+    g.add_argument("--data-dir", help="directory holding wiki.train.raw for wikitext103")
+
+
+def preset_from_args(args: argparse.Namespace, presets: dict[str, Preset]) -> Preset:
+    """The named preset with every given flag applied; errors name the bad value."""
+    if args.preset not in presets:
+        raise ValueError(f"unknown preset {args.preset!r}; valid: {', '.join(presets)}")
+    base = presets[args.preset]
+    changes: dict[str, Any] = {}
+    if args.seeds is not None and args.seed_list is not None:
+        raise ValueError("give either --seeds N or --seed-list, not both")
+    if args.seeds is not None:
+        if not 1 <= args.seeds <= len(base.seeds):
+            raise ValueError(f"--seeds {args.seeds}: the {base.name} preset has {len(base.seeds)} seeds "
+                             f"{base.seeds}; use 1..{len(base.seeds)} or --seed-list")
+        changes["seeds"] = base.seeds[: args.seeds]
+    for flag, fieldname in (("seed_list", "seeds"), ("depths", "depths"), ("inits", "inits"),
+                            ("conditions", "conditions"), ("epochs", "epochs"),
+                            ("steps_per_epoch", "steps_per_epoch"), ("corpus", "corpus"),
+                            ("data_dir", "data_dir")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            changes[fieldname] = value
+    if args.epochs is not None and args.epochs < 1:
+        raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
+    return replace(base, **changes)
+
+
+__all__ = ["BASELINE_PRESETS", "INTERVENTION_PRESETS", "Cell", "Preset", "add_grid_flags",
+           "preset_from_args"]

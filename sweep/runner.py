@@ -1,0 +1,181 @@
+"""The Ray Tune driver shared by ``sweep.baseline`` and ``sweep.interventions``.
+
+Everything is checked before Ray starts (grid, corpus, store); the corpus is
+encoded once here and reaches every trial through the object store
+(``tune.with_parameters``); an interrupted experiment is restored with
+``Tuner.restore`` so finished trials are not rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from model.corpus import Corpus, load_corpus
+from sweep.presets import Preset
+from sweep.store import Store, sweep_lock
+
+
+def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
+    """Flags for where results go and how trials are placed."""
+    g = p.add_argument_group("storage and resources")
+    g.add_argument("--store", default="runs/store", help="Parquet store root: a path or s3://bucket/prefix")
+    g.add_argument("--storage", default="runs/ray", help="Tune storage: a path or s3://bucket/prefix")
+    g.add_argument("--name", help=f"experiment name (default {default_name})")
+    g.add_argument("--gpus-per-trial", type=float,
+                   help="GPU fraction per trial (default 0.25 when the cluster has GPUs, else 0)")
+    g.add_argument("--cpus-per-trial", type=float, default=1.0)
+    g.add_argument("--max-concurrent", type=int, default=0, help="0: as many as resources allow")
+    g.add_argument("--max-failures", type=int, default=3, help="retries of a failed trial from its checkpoint")
+    g.add_argument("--checkpoint-every", type=int, default=1, help="epochs between Tune checkpoints")
+    g.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
+    g.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
+    g.add_argument("--resume", action="store_true",
+                   help="continue an interrupted experiment (also automatic when one exists)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
+    g.add_argument("--fail-after-epoch", type=int, help=argparse.SUPPRESS)  # tests: inject one crash
+    g.add_argument("--failure-marker-dir", help=argparse.SUPPRESS)
+
+
+def absolute_uri(uri: str) -> str:
+    """Trials run in their own working directory: make local paths absolute."""
+    return uri if "://" in uri else str(Path(uri).resolve())
+
+
+def prepare_corpus(preset: Preset) -> Corpus:
+    """Encode once in the driver; plain arrays so Ray shares them zero-copy."""
+    corpus = load_corpus(preset.corpus, preset.data_dir)
+    return replace(corpus, train=np.ascontiguousarray(corpus.train), val=np.ascontiguousarray(corpus.val))
+
+
+def init_ray(address: str | None, num_cpus: int | None) -> bool:
+    """Connect to or start Ray; returns True when this call started it (so it should stop it)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+    return True
+
+
+def _reporter():
+    from ray import tune
+
+    return tune.CLIReporter(
+        parameter_columns={"cell/intervention": "condition", "cell/init": "init",
+                           "cell/depth": "depth", "cell/seed": "seed"},
+        metric_columns={"epoch": "epoch", "val_loss": "val loss", "qk_alignment": "align",
+                        "attn_entropy": "entropy", "status": "status"},
+        max_report_frequency=15, sort_by_metric=False,
+    )
+
+
+def _trial_name(trial) -> str:
+    c = trial.config["cell"]
+    return f"{c['intervention']}-{c['init']}-L{c['depth']}-s{c['seed']}"
+
+
+def _trial_dirname(trial) -> str:
+    c = trial.config["cell"]
+    return f"{trial.trial_id}-{c['intervention'][:8]}-{c['init'][:8]}-L{c['depth']}-s{c['seed']}"
+
+
+def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFrame:
+    """Run (or resume) the preset's grid on Ray Tune; returns the per-trial summary."""
+    cells = preset.cells()
+    store_uri, storage = absolute_uri(args.store), absolute_uri(args.storage)
+    store = Store(store_uri)
+    store.check_writable()  # a clear error now rather than in every trial
+    corpus = prepare_corpus(preset)
+    print(f"[{name}] {len(cells)} trials ({preset.sweep}, preset {preset.name}); corpus {corpus.name}: "
+          f"{corpus.vocab_size} symbols, {len(corpus.train):,} train tokens")
+    if preset.note:
+        print(f"[{name}] note: {preset.note}")
+
+    import ray
+    from ray import tune
+
+    started = init_ray(args.address, args.num_cpus)
+    try:
+        gpus = args.gpus_per_trial
+        if gpus is None:
+            gpus = 0.25 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        options: dict[str, Any] = {
+            "store": store_uri, "cpus_per_trial": args.cpus_per_trial, "compile": args.compile,
+            "checkpoint_every": args.checkpoint_every, "fail_after_epoch": args.fail_after_epoch,
+            "failure_marker_dir": args.failure_marker_dir or str(Path(storage) / name / "_markers"),
+        }
+        from sweep.trial import train_cell
+
+        trainable = tune.with_resources(tune.with_parameters(train_cell, corpus=corpus),
+                                        {"cpu": args.cpus_per_trial, "gpu": gpus})
+        # Tune's classic CLIReporter (the columns we choose) is only used with the old output engine.
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+        # num_to_keep bounds disk use; the snapshots it forces are cheap next to an epoch.
+        os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+        path = f"{storage.rstrip('/')}/{name}"
+        if tune.Tuner.can_restore(path):
+            print(f"[{name}] resuming the experiment at {path}: finished trials are kept")
+            tuner = tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
+        else:
+            if args.resume:
+                raise SystemExit(f"--resume: no restorable experiment at {path}")
+            tuner = tune.Tuner(
+                trainable,
+                param_space={"cell": tune.grid_search([c.to_config() for c in cells]), "options": options},
+                tune_config=tune.TuneConfig(max_concurrent_trials=args.max_concurrent or None,
+                                            trial_name_creator=_trial_name,
+                                            trial_dirname_creator=_trial_dirname),
+                run_config=tune.RunConfig(
+                    name=name, storage_path=storage, progress_reporter=_reporter(), verbose=1,
+                    failure_config=tune.FailureConfig(max_failures=args.max_failures),
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                ),
+            )
+        t0 = time.perf_counter()
+        with sweep_lock(store, name):
+            results = tuner.fit()
+        wall = time.perf_counter() - t0
+        summary = summarize(results)
+        print_summary(name, summary, wall, store_uri, path)
+        return summary
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def summarize(results) -> pd.DataFrame:
+    """One row per trial: its cell, status and last metrics."""
+    rows = []
+    for r in results:
+        cell = r.config["cell"]
+        m = r.metrics or {}
+        rows.append({"condition": cell["intervention"], "init": cell["init"], "depth": cell["depth"],
+                     "seed": cell["seed"], "status": "error" if r.error else m.get("status", "?"),
+                     "epoch": m.get("epoch"), "val_loss": m.get("val_loss"),
+                     "qk_alignment": m.get("qk_alignment"), "attn_entropy": m.get("attn_entropy")})
+    return pd.DataFrame(rows).sort_values(["condition", "init", "depth", "seed"], ignore_index=True)
+
+
+def print_summary(name: str, summary: pd.DataFrame, wall: float, store: str, experiment: str) -> None:
+    shown = summary.copy()
+    if shown["condition"].nunique() == 1:
+        shown = shown.drop(columns="condition")
+    print(f"\n[{name}] {len(summary)} trials in {wall:.0f} s; status: "
+          + ", ".join(f"{k} {v}" for k, v in summary["status"].value_counts().items()))
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"\nstore:       {store}")
+    print(f"experiment:  {experiment}   (browse: python -m sweep.browse {experiment})")
+    print(f"tensorboard: tensorboard --logdir {experiment}")
+    sys.stdout.flush()

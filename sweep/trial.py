@@ -1,0 +1,111 @@
+"""The Tune trainable: one (init, depth, seed, condition) cell of a sweep.
+
+It converts the Tune config, calls the framework-free ``model.train.Trainer``,
+writes each epoch's rows to the Parquet store, reports scalars (only) to Tune
+with a checkpoint, and resumes from ``tune.get_checkpoint()``. The store's
+writes are idempotent per (run, epoch), so an epoch replayed after a crash
+overwrites its own rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+from ray import tune
+
+from interventions import make_intervention
+from model.corpus import Corpus
+from model.train import EpochReport, Trainer
+from sweep.presets import Cell
+from sweep.store import Store
+
+STATE_FILE = "trainer.pt"
+FAILURE_MARKER = ".injected_failure_done"
+
+
+def layer_mean(rows: list[dict[str, Any]], column: str) -> float | None:
+    values = [r[column] for r in rows if r.get(column) is not None]
+    return sum(values) / len(values) if values else None
+
+
+def tune_metrics(report: EpochReport) -> dict[str, Any]:
+    """The scalars Tune keeps (result.json, TensorBoard, the driver's table)."""
+    run = report.run
+    return {
+        "epoch": report.epoch,
+        "status": report.status,
+        "val_loss": run["val_loss"],
+        "train_loss": run["train_loss"],
+        "tokens_per_s": run["tokens_per_s"],
+        "qk_alignment": layer_mean(report.layers, "qk_alignment"),
+        "pr_q": layer_mean(report.layers, "pr_q"),
+        "pr_k": layer_mean(report.layers, "pr_k"),
+        "attn_entropy": layer_mean(report.layers, "attn_entropy"),
+        # where the trial ran: lets tests (and people) see placement and GPU packing
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "gpu_ids": ",".join(map(str, ray.get_gpu_ids())),
+    }
+
+
+def _device(options: dict[str, Any]) -> str:
+    if options.get("device", "auto") != "auto":
+        return options["device"]
+    # Logical GPUs (tests, CPU-only torch) get the CPU: Ray counts, torch decides.
+    return "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
+
+
+def _maybe_inject_failure(epoch: int, options: dict[str, Any]) -> None:
+    """Test-only: kill this worker process once, after epoch k's rows are written
+    but before its checkpoint is reported, so the retry replays epoch k."""
+    fail_at = options.get("fail_after_epoch")
+    if fail_at is None or epoch != fail_at:
+        return
+    marker = Path(options["failure_marker_dir"]) / f"{tune.get_context().get_trial_id()}{FAILURE_MARKER}"
+    if marker.exists():
+        return
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
+    """Tune function trainable. ``config = {"cell": Cell.to_config(), "options": {...}}``."""
+    cell = Cell.from_config(config["cell"])
+    options = config["options"]
+    for noisy in ("ray.train", "ray.tune"):  # one INFO line per checkpoint otherwise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    torch.set_num_threads(max(1, int(options.get("cpus_per_trial", 1))))
+    preset = cell.preset
+    intervention = make_intervention(cell.intervention)
+    trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
+                      preset.train_config(cell.seed, _device(options), options.get("compile", False)),
+                      corpus, cell.init, cell.seed, intervention)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            trainer.load_state_dict(torch.load(Path(d) / STATE_FILE, weights_only=False))
+    store = Store(options["store"])
+    identity = cell.identity()
+    every = options.get("checkpoint_every", 1)
+
+    def on_epoch(report: EpochReport) -> None:
+        if report.layers:
+            store.write_layers([{**identity, "epoch": report.epoch, **row} for row in report.layers])
+        store.write_epoch({**identity, "epoch": report.epoch, **report.run})
+        _maybe_inject_failure(report.epoch, options)
+        metrics = tune_metrics(report)
+        if report.epoch % every and report.status == "running":
+            tune.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as d:
+            torch.save(trainer.state_dict(), Path(d) / STATE_FILE)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+
+    trainer.run(on_epoch)
