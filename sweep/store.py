@@ -1,0 +1,402 @@
+"""The Parquet store of sweep results (SPEC §6).
+
+Layout under a root (a local path, ``file://`` URI, ``s3://bucket/prefix`` or any
+URI ``pyarrow.fs`` opens); a file's path alone names (table, run, epoch) and no
+directory holds ``=``, so pandas infers no partitions::
+
+    {root}/layers/{run_id}/epoch-0003.parquet     one file per (run, epoch)
+    {root}/epochs/{run_id}/epoch-0003.parquet
+    {root}/checkpoints/{series}/{revision}.parquet
+    {root}/{table}/{dir}/compacted.parquet        written by ``compact`` (sweep/compact.py)
+    {root}/_locks/{name}.json                     ``sweep_lock``: a sweep is writing
+
+Names are made path-safe by ``safe_name``. Writes are atomic (temporary
+``.name.inprogress`` then rename on file systems; one object PUT on object
+stores) and idempotent (a rewrite replaces its file). Readers skip names that
+start with ``.`` or ``_``, and skip unreadable files with a warning.
+
+Precedence rule: a row of ``compacted.parquet`` is *shadowed* (not read) when its
+own per-epoch file exists, readable, in the same directory. So a rewrite after
+compaction, or a compaction that crashed before deleting its inputs, never shows
+a row twice through ``Store.read``; sweep/compact.py explains the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import socket
+import sys
+import uuid
+import warnings
+from contextlib import suppress
+from dataclasses import dataclass, field
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from sweep.schema import KEYS, SCHEMA_VERSION, SCHEMAS, TABLES
+
+#: The maintenance API lives in sweep/compact.py and is re-exported here lazily.
+_MAINTENANCE = ("compact", "validate", "ValidationReport", "CompactionReport", "sweep_lock", "LockInfo", "locks")
+__all__ = ["Store", "StoreError", "ScanResult", "DirListing", "safe_name", "file_name", "main", *_MAINTENANCE]
+
+COMPACTED = "compacted.parquet"
+#: Per table, the column naming a file's directory and the column naming the file in it.
+GROUPS: dict[str, tuple[str, str]] = {
+    "layers": ("run_id", "epoch"),
+    "epochs": ("run_id", "epoch"),
+    "checkpoints": ("series", "revision"),
+}
+OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
+HEARTBEAT_S = 30.0
+STALE_AFTER_S = 600.0
+READ_ERRORS = (pa.ArrowException, OSError, ValueError)
+_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,149}")
+
+
+class StoreError(RuntimeError):
+    """The store cannot be reached or written, or maintenance would be unsafe."""
+
+
+def safe_name(name: object) -> str:
+    """``name`` itself when path-safe, else a cleaned form plus a hash of it (deterministic)."""
+    text = str(name)
+    if _SAFE.fullmatch(text) and text != "compacted" and not text.endswith(".inprogress"):
+        return text
+    clean = re.sub(r"[^A-Za-z0-9._-]", "_", text).lstrip("._-")[:100]
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{clean}-{digest}" if clean else digest
+
+
+def file_name(table: str, value: object) -> str:
+    """Name of the file holding one epoch (layers, epochs) or one revision (checkpoints)."""
+    if table == "checkpoints":
+        return f"{safe_name(value)}.parquet"
+    return f"epoch-{int(value):04d}.parquet"
+
+
+def parquet_bytes(table: pa.Table) -> pa.Buffer:
+    """Serialise ``table`` in memory, so a failed write never publishes half a file."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+@dataclass
+class DirListing:
+    """The data files of one directory (a run, or a checkpoint series)."""
+
+    path: str
+    small: dict[str, pafs.FileInfo] = field(default_factory=dict)  # basename -> info
+    compacted: pafs.FileInfo | None = None
+
+
+@dataclass
+class ScanResult:
+    """What a read found: the rows, the files it skipped, compacted rows shadowed per directory."""
+
+    table: pa.Table
+    unreadable: list[tuple[str, str]]
+    shadowed: dict[str, int]
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return self.table.to_pandas()
+
+
+def _open(root: str, connect_timeout: float, request_timeout: float, retries: int) -> tuple[pafs.FileSystem, str]:
+    """File system and base path of ``root``; S3 gets bounded timeouts and retries."""
+    if "://" not in root:
+        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(root))
+    try:
+        fs, base = pafs.FileSystem.from_uri(root)
+        if fs.type_name == "s3":  # endpoint: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, as from_uri reads them
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+            fs = pafs.S3FileSystem(
+                region=fs.region or None, endpoint_override=endpoint,
+                connect_timeout=connect_timeout, request_timeout=request_timeout,
+                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=retries))
+    except READ_ERRORS as exc:
+        raise StoreError(f"cannot open store {root}: {exc}") from exc
+    return fs, base.rstrip("/")
+
+
+class Store:
+    """One store root; see the module docstring for the layout and guarantees."""
+
+    def __init__(self, root: str, *, connect_timeout: float = 5.0, request_timeout: float = 30.0,
+                 retries: int = 3) -> None:
+        self.root = str(root).rstrip("/") or "/"
+        self._options = (connect_timeout, request_timeout, retries)
+        self.fs, self.base = _open(self.root, *self._options)
+        self.object_store = self.fs.type_name in OBJECT_STORES
+
+    def __reduce__(self):  # picklable for Ray / spawn workers: reopen from the root
+        timeouts = dict(zip(("connect_timeout", "request_timeout", "retries"), self._options, strict=True))
+        return (_reopen, (self.root, timeouts))
+
+    def __repr__(self) -> str:
+        return f"Store({self.root!r})"
+
+    # --- paths and listing -------------------------------------------------------
+    def table_dir(self, table: str) -> str:
+        if table not in SCHEMAS:
+            raise ValueError(f"unknown table {table!r}; expected one of {TABLES}")
+        return f"{self.base}/{table}"
+
+    def group_dir(self, table: str, value: object) -> str:
+        """Directory of one run (layers, epochs) or one checkpoint series."""
+        return f"{self.table_dir(table)}/{safe_name(value)}"
+
+    def listing(self, table: str, subdir: str | None = None) -> tuple[dict[str, DirListing], list[pafs.FileInfo]]:
+        """Data files of ``table`` (or of one directory name in it) by directory, and ``.inprogress`` files."""
+        top = self.table_dir(table)
+        start = top if subdir is None else f"{top}/{subdir}"
+        dirs: dict[str, DirListing] = {}
+        inprogress: list[pafs.FileInfo] = []
+        for info in self.fs.get_file_info(pafs.FileSelector(start, recursive=True, allow_not_found=True)):
+            parts = info.path[len(top) + 1:].split("/")
+            if info.type != pafs.FileType.File:
+                continue
+            if parts[-1].endswith(".inprogress"):
+                inprogress.append(info)
+            elif parts[-1].endswith(".parquet") and not any(p.startswith((".", "_")) for p in parts):
+                parent = info.path.rsplit("/", 1)[0]
+                entry = dirs.setdefault(parent, DirListing(parent))
+                if parts[-1] == COMPACTED:
+                    entry.compacted = info
+                else:
+                    entry.small[parts[-1]] = info
+        return dict(sorted(dirs.items())), inprogress
+
+    # --- writing -----------------------------------------------------------------
+    def put(self, path: str, data: bytes | pa.Buffer) -> None:
+        """Publish ``data`` at ``path`` atomically (rename on file systems, one PUT on object stores)."""
+        if self.object_store:
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+            return
+        parent, name = path.rsplit("/", 1)
+        self.fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/.{name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.inprogress"
+        try:
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            self.fs.move(tmp, path)
+        except BaseException:
+            with suppress(OSError):
+                self.fs.delete_file(tmp)
+            raise
+
+    def delete_file(self, path: str) -> None:
+        """Delete one file (one place to intercept in tests)."""
+        self.fs.delete_file(path)
+
+    def write(self, table: str, rows: list[dict]) -> str:
+        """Write the rows of one (run, epoch) or (series, revision), replacing any earlier copy; return the path."""
+        data = _to_arrow(table, rows)
+        dcol, fcol = GROUPS[table]
+        fval = data[fcol][0].as_py()
+        directory = self.group_dir(table, data[dcol][0].as_py())
+        path = f"{directory}/{file_name(table, fval)}"
+        self.put(path, parquet_bytes(data))
+        self._drop_from_compacted(table, directory, fval)
+        return path
+
+    def write_layers(self, rows: list[dict]) -> str:
+        return self.write("layers", rows)
+
+    def write_epoch(self, row: dict) -> str:
+        return self.write("epochs", [row])
+
+    def write_checkpoint(self, rows: list[dict]) -> str:
+        return self.write("checkpoints", rows)
+
+    def _drop_from_compacted(self, table: str, directory: str, fval: object) -> None:
+        """Remove a rewritten epoch's rows from the directory's compacted file, if it has any."""
+        path = f"{directory}/{COMPACTED}"
+        info = self.fs.get_file_info(path)
+        if info.type != pafs.FileType.File:
+            return
+        try:
+            old = self._dataset([info], SCHEMAS[table]).to_table()
+        except READ_ERRORS as exc:
+            warnings.warn(f"cannot update {path}: {exc}", stacklevel=3)
+            return
+        kept = old.filter(ds.field(GROUPS[table][1]) != fval)
+        if kept.num_rows == 0:
+            self.delete_file(path)
+        elif kept.num_rows < old.num_rows:
+            self.put(path, parquet_bytes(kept))
+
+    # --- reading -----------------------------------------------------------------
+    def _dataset(self, infos: list[pafs.FileInfo], schema: pa.Schema) -> ds.Dataset:
+        fmt = ds.ParquetFileFormat()
+        frags = [fmt.make_fragment(i.path, filesystem=self.fs, file_size=i.size) for i in infos]
+        return ds.FileSystemDataset(frags, schema=schema, format=fmt, filesystem=self.fs)
+
+    def _scan_files(self, infos: list[pafs.FileInfo], schema: pa.Schema, columns: list[str],
+                    filt: ds.Expression | None) -> tuple[pa.Table, list[tuple[str, str]]]:
+        """Read files as one dataset; only if that fails, file by file, skipping unreadable ones."""
+        parts, bad = [schema.empty_table().select(columns)], []
+        if infos:
+            try:
+                return self._dataset(infos, schema).to_table(columns=columns, filter=filt), []
+            except READ_ERRORS:
+                pass
+        for info in infos:
+            try:
+                parts.append(self._dataset([info], schema).to_table(columns=columns, filter=filt))
+            except READ_ERRORS as exc:
+                bad.append((info.path, str(exc)))
+        return pa.concat_tables(parts), bad
+
+    def scan(self, table: str, sweep: str | None = None, run_id: str | None = None,
+             columns: list[str] | None = None, subdir: str | None = None) -> ScanResult:
+        """Like ``read``, but also return the unreadable files and shadowed compacted rows.
+
+        ``subdir`` limits the scan to one directory name of the table (what ``compact`` uses).
+        """
+        self.table_dir(table)  # raises on an unknown table
+        schema = SCHEMAS[table]
+        cols = list(columns) if columns else list(schema.names)
+        for name in cols + ["sweep"] * (sweep is not None) + ["run_id"] * (run_id is not None):
+            if name not in schema.names:
+                raise ValueError(f"table {table!r} has no column {name!r}")
+        need = list(dict.fromkeys(cols + list(GROUPS[table]) + list(KEYS[table])))
+        filt = None
+        for name, value in (("sweep", sweep), ("run_id", run_id)):
+            if value is not None:
+                term = ds.field(name) == value
+                filt = term if filt is None else filt & term
+        if run_id is not None and GROUPS[table][0] == "run_id":
+            subdir = safe_name(run_id)
+        dirs, _ = self.listing(table, subdir)
+        small, bad = self._scan_files([i for d in dirs.values() for i in d.small.values()], schema, need, filt)
+        comp, bad2 = self._scan_files([d.compacted for d in dirs.values() if d.compacted], schema, need, filt)
+        bad_paths = {p for p, _ in bad}
+        present = {(d.path, n) for d in dirs.values() if d.compacted
+                   for n, i in d.small.items() if i.path not in bad_paths}
+        comp, shadowed = self._unshadow(table, comp, present)
+        out = pa.concat_tables([small, comp]).sort_by([(k, "ascending") for k in KEYS[table]])
+        return ScanResult(out.select(cols), bad + bad2, shadowed)
+
+    def _unshadow(self, table: str, comp: pa.Table, present: set[tuple[str, str]]) -> tuple[pa.Table, dict[str, int]]:
+        """Drop compacted rows whose own per-epoch file is ``present`` (directory, name)."""
+        if not present or comp.num_rows == 0:
+            return comp, {}
+        dcol, fcol = GROUPS[table]
+        keys = comp.select([dcol, fcol]).to_pandas()
+        where = {k: (self.group_dir(table, k[0]), file_name(table, k[1]))
+                 for k in keys.drop_duplicates().itertuples(index=False, name=None)}
+        hidden = [k for k, loc in where.items() if loc in present]
+        if not hidden:
+            return comp, {}
+        mask = pd.MultiIndex.from_frame(keys).isin(hidden)
+        shadowed: dict[str, int] = {}
+        for k in keys[mask].itertuples(index=False, name=None):
+            shadowed[where[k][0]] = shadowed.get(where[k][0], 0) + 1
+        return comp.filter(pa.array(~mask)), shadowed
+
+    def read(self, table: str, sweep: str | None = None, run_id: str | None = None,
+             columns: list[str] | None = None) -> pd.DataFrame:
+        """All rows of ``table`` (optionally one sweep / run), sorted by key; unreadable files warn."""
+        result = self.scan(table, sweep=sweep, run_id=run_id, columns=columns)
+        for path, error in result.unreadable:
+            warnings.warn(f"skipping unreadable store file {path}: {error}", stacklevel=2)
+        return result.frame
+
+    def epochs_written(self, run_id: str, table: str = "epochs") -> list[int]:
+        """Epochs of ``run_id`` present in ``table``."""
+        return sorted({int(e) for e in self.read(table, run_id=run_id, columns=["epoch"])["epoch"]})
+
+    def list_runs(self, table: str = "epochs", sweep: str | None = None) -> list[str]:
+        """Run ids present in ``table`` (optionally of one sweep)."""
+        return sorted(set(self.read(table, sweep=sweep, columns=["run_id"])["run_id"]))
+
+    # --- probes and locks --------------------------------------------------------
+    def check_writable(self) -> None:
+        """Write, read back and delete a probe under the root; raise ``StoreError`` naming the cause."""
+        probe = f"{self.base}/_probe-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        payload = b"qkgeom store probe"
+        try:
+            self.put(probe, payload)
+            with self.fs.open_input_stream(probe) as f:
+                echoed = f.read()
+            self.delete_file(probe)
+        except READ_ERRORS as exc:
+            raise StoreError(f"store {self.root} is not writable: {exc}") from exc
+        if echoed != payload:
+            raise StoreError(f"store {self.root}: a probe written under the root read back differently")
+
+def _reopen(root: str, options: dict) -> Store:
+    return Store(root, **options)
+
+
+def _to_arrow(table: str, rows: list[dict]) -> pa.Table:
+    """Rows of one file as an Arrow table of the table's schema, checked."""
+    schema = SCHEMAS[table]
+    if not rows:
+        raise ValueError(f"no rows to write to {table}")
+    unknown = set().union(*rows) - set(schema.names)
+    if unknown:
+        raise ValueError(f"{table} has no columns {sorted(unknown)}")
+    rows = [{**r, "schema_version": r.get("schema_version") or SCHEMA_VERSION} for r in rows]
+    data = pa.Table.from_pylist(rows, schema=schema)
+    for f in schema:
+        if not f.nullable and data[f.name].null_count:
+            raise ValueError(f"{table}.{f.name} may not be null ({data[f.name].null_count} rows)")
+    for col in GROUPS[table]:
+        if len(data[col].unique()) != 1:
+            raise ValueError(f"rows of one {table} write must share one {col}")
+    keys = list(zip(*(data[k].to_pylist() for k in KEYS[table]), strict=True))
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"duplicate {KEYS[table]} among the rows written to {table}")
+    return data
+
+
+def __getattr__(name: str):  # re-export the maintenance API lazily (sweep.compact imports this module)
+    if name in _MAINTENANCE:
+        from sweep import compact as maintenance
+
+        return getattr(maintenance, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sweep.store {validate,compact} --store URI``."""
+    from sweep.compact import compact, validate  # the importable modules, so classes match
+    from sweep.store import Store, StoreError
+
+    parser = argparse.ArgumentParser(prog="python -m sweep.store", description="Check or compact a store.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("validate", help="report duplicates, gaps, NaNs, unreadable files; exit 1 if any")
+    pc = sub.add_parser("compact", help="merge per-epoch files into one file per run directory")
+    pc.add_argument("--table", choices=TABLES)
+    pc.add_argument("--force", action="store_true", help="compact even while a sweep lock is fresh")
+    for p in sub.choices.values():
+        p.add_argument("--store", required=True, help="root: path, file:// or s3://bucket/prefix")
+    args = parser.parse_args(argv)
+    try:
+        store = Store(args.store)
+        if args.command == "validate":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the report lists unreadable files
+                report = validate(store)
+            print(report)
+            return 0 if report.ok else 1
+        print(compact(store, args.table, force=args.force))
+        return 0
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
