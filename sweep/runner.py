@@ -69,12 +69,14 @@ def init_ray(address: str | None, num_cpus: int | None) -> bool:
     return True
 
 
-def _reporter():
+def _reporter(preset: Preset):
     from ray import tune
 
+    cell = {"cell/init": "init", "cell/depth": "depth", "cell/seed": "seed"}
+    if len(preset.conditions) > 1 or preset.conditions != ("none",):
+        cell = {"cell/intervention": "condition", **cell}
     return tune.CLIReporter(
-        parameter_columns={"cell/intervention": "condition", "cell/init": "init",
-                           "cell/depth": "depth", "cell/seed": "seed"},
+        parameter_columns=cell, max_column_length=24,
         metric_columns={"epoch": "epoch", "val_loss": "val loss", "qk_alignment": "align",
                         "attn_entropy": "entropy", "status": "status"},
         max_report_frequency=15, sort_by_metric=False,
@@ -138,7 +140,7 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
                                             trial_name_creator=_trial_name,
                                             trial_dirname_creator=_trial_dirname),
                 run_config=tune.RunConfig(
-                    name=name, storage_path=storage, progress_reporter=_reporter(), verbose=1,
+                    name=name, storage_path=storage, progress_reporter=_reporter(preset), verbose=1,
                     failure_config=tune.FailureConfig(max_failures=args.max_failures),
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 ),
