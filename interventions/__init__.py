@@ -1,5 +1,30 @@
-"""Interventions on the key pathway (SPEC §5), each acting only through the loop's hooks."""
+"""Interventions on the key pathway (SPEC §5), each acting only through the loop's hooks.
+
+Importing this package registers every condition: ``none`` (base),
+``forced_k_contraction`` and ``qk_align_reg`` (extra loss), ``k_spectrum_clamp``
+(projection after the step), ``freeze_k`` and ``freeze_q`` (not trained).
+"""
 
 from interventions.base import REGISTRY, Intervention, make_intervention, register
+from interventions.freeze import FreezeK, FreezeQ
+from interventions.regularisers import (
+    ForcedKContraction,
+    QKAlignReg,
+    participation_ratio_f32,
+    qk_cos_loss,
+)
+from interventions.spectrum import KSpectrumClamp
 
-__all__ = ["REGISTRY", "Intervention", "make_intervention", "register"]
+__all__ = [
+    "REGISTRY",
+    "ForcedKContraction",
+    "FreezeK",
+    "FreezeQ",
+    "Intervention",
+    "KSpectrumClamp",
+    "QKAlignReg",
+    "make_intervention",
+    "participation_ratio_f32",
+    "qk_cos_loss",
+    "register",
+]
