@@ -168,6 +168,8 @@ class Trainer:
         self.intervention.load_state_dict(state["intervention"])
         self.epoch, self.step = state["epoch"], state["step"]
         self.tokens_seen, self.wall_s, self.status = state["tokens_seen"], state["wall_s"], state["status"]
+        if self.status == "completed" and self.epoch < self.cfg.epochs:
+            self.status = "running"  # a finished run extended to more epochs continues
 
     # -- measurement ------------------------------------------------------------
 
