@@ -1,0 +1,234 @@
+"""The report's figures (matplotlib, Agg): PNG (dpi 150) and PDF.
+
+Each function takes the ``metrics.stats.Analysis`` and an output directory,
+draws one figure when it has data, and returns the written paths (empty
+when there was nothing to draw).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from metrics.stats import (  # noqa: E402
+    BRIDGE_PAIRS,
+    Analysis,
+    baseline,
+    layer_mean_trajectories,
+    ordered_inits,
+)
+
+#: One colour per init, used by every figure.
+INIT_COLORS: dict[str, str] = {
+    "independent_xavier": "#1f77b4",
+    "qk_identical": "#d62728",
+    "disjoint_support_xavier": "#2ca02c",
+}
+INIT_LABELS: dict[str, str] = {
+    "independent_xavier": "Independent Xavier",
+    "qk_identical": "QK Identical",
+    "disjoint_support_xavier": "Disjoint Support Xavier",
+}
+BRIDGE_LABELS: dict[str, str] = {
+    "key_spec": "key specialisation\n−slope(PR$_K$)/mean(PR$_K$)  (1/epoch)",
+    "qk_compression": "QK$^\\top$ compression\n−slope(erank)/mean(erank)  (1/epoch)",
+    "entropy_sharpening": "entropy sharpening\n−slope(H)/mean(H)  (1/epoch)",
+    "top1_sharpening": "top-1 sharpening\nslope(top-1)/mean(top-1)  (1/epoch)",
+}
+STYLE = {
+    "font.size": 11,
+    "axes.titlesize": 12,
+    "axes.labelsize": 11,
+    "legend.fontsize": 9,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "figure.titlesize": 13,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+}
+FIGURE_NAMES = ("fig1_alignment", "fig2_pr", "fig3_bridge", "figA_checkpoints")
+
+
+def color(init: str) -> str:
+    return INIT_COLORS.get(init, "#7f7f7f")
+
+
+def label(init: str) -> str:
+    return INIT_LABELS.get(init, init)
+
+
+def _save(fig, out: Path, name: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    fig.savefig(paths[0], dpi=150)
+    fig.savefig(paths[1])
+    plt.close(fig)
+    return paths
+
+
+def _band(ax, g: pd.DataFrame, col: str, init: str, linestyle="-", lab=None) -> None:
+    """Mean line and ± sd band over seeds of a per-run layer-mean metric."""
+    agg = g.groupby("epoch")[col].agg(["mean", "std", "count"]).reset_index()
+    x = agg["epoch"].to_numpy(float)
+    m = agg["mean"].to_numpy(float)
+    s = agg["std"].fillna(0.0).to_numpy(float)
+    ax.plot(x, m, color=color(init), linestyle=linestyle, lw=1.8, label=lab)
+    ax.fill_between(x, m - s, m + s, color=color(init), alpha=0.18, lw=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def fig1_alignment(an: Analysis, out: Path) -> list[Path]:
+    """Layer-mean |cos| alignment vs epoch per init (± sd over seeds), one panel per depth."""
+    base = baseline(an.layers)
+    if base.empty or base["qk_alignment"].notna().sum() == 0:
+        return []
+    traj = layer_mean_trajectories(base, ["qk_alignment"])
+    depths = sorted(traj["depth"].unique())
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(
+            1, len(depths), figsize=(4.6 * len(depths), 3.9), sharey=True, squeeze=False
+        )
+        for ax, d in zip(axes[0], depths, strict=True):
+            sub = traj[traj["depth"] == d]
+            for init in ordered_inits(sub["init"]):
+                g = sub[sub["init"] == init]
+                n = g["seed"].nunique()
+                _band(ax, g, "qk_alignment", init, lab=f"{label(init)} (n={n})")
+            ax.set_title(f"{d} layer{'' if d == 1 else 's'}")
+            ax.set_xlabel("epoch")
+        axes[0][0].set_ylabel("Q/K alignment, mean |cos| (layer mean)")
+        axes[0][-1].legend(loc="best")
+        fig.suptitle("Figure 1. Q/K alignment during training (mean ± sd over seeds)")
+        fig.tight_layout()
+        return _save(fig, out, "fig1_alignment")
+
+
+def fig2_pr(an: Analysis, out: Path) -> list[Path]:
+    """Layer-mean PR_Q and PR_K vs epoch per init, one row per depth (± sd over seeds)."""
+    base = baseline(an.layers)
+    if base.empty or base[["pr_q", "pr_k"]].notna().sum().sum() == 0:
+        return []
+    traj = layer_mean_trajectories(base, ["pr_q", "pr_k"])
+    depths = sorted(traj["depth"].unique())
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(
+            len(depths), 2, figsize=(10, 3.2 * len(depths) + 0.6), sharex=True, squeeze=False
+        )
+        for r, d in enumerate(depths):
+            sub = traj[traj["depth"] == d]
+            for c, (col, name) in enumerate((("pr_q", "PR$_Q$"), ("pr_k", "PR$_K$"))):
+                ax = axes[r][c]
+                for init in ordered_inits(sub["init"]):
+                    _band(ax, sub[sub["init"] == init], col, init, lab=label(init))
+                ax.set_title(f"{name}, {d} layer{'' if d == 1 else 's'}")
+                ax.set_ylabel("participation ratio (dims)")
+            for c in range(2):
+                axes[-1][c].set_xlabel("epoch")
+        axes[0][1].legend(loc="best")
+        fig.suptitle("Figure 2. Query and key participation ratios (layer mean ± sd over seeds)")
+        fig.tight_layout()
+        return _save(fig, out, "fig2_pr")
+
+
+def fig3_bridge(an: Analysis, out: Path) -> list[Path]:
+    """Scatter of the three bridge pairs over uncoupled seed-averaged cells, with OLS lines."""
+    pts = an.frames.get("seed_averaged")
+    per_seed = an.frames.get("per_seed")
+    if pts is None or pts.empty:
+        return []
+    stats = (an.stats.get("bridge") or {}).get("seed_averaged", {})
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), squeeze=False)
+        for ax, (a, b) in zip(axes[0], BRIDGE_PAIRS, strict=True):
+            if per_seed is not None and not per_seed.empty:
+                ax.scatter(
+                    per_seed[a],
+                    per_seed[b],
+                    s=10,
+                    color="#bbbbbb",
+                    alpha=0.6,
+                    label="per seed",
+                    zorder=1,
+                )
+            for init in ordered_inits(pts["init"]):
+                g = pts[pts["init"] == init]
+                ax.scatter(
+                    g[a],
+                    g[b],
+                    s=30,
+                    color=color(init),
+                    edgecolor="k",
+                    lw=0.4,
+                    label=f"{label(init)} (seed mean)",
+                    zorder=3,
+                )
+            ok = pts[[a, b]].dropna()
+            if len(ok) >= 2 and ok[a].nunique() > 1:
+                k, c0 = np.polyfit(ok[a].to_numpy(float), ok[b].to_numpy(float), 1)
+                xs = np.linspace(ok[a].min(), ok[a].max(), 50)
+                ax.plot(xs, k * xs + c0, color="k", lw=1.5, zorder=4, label="OLS fit")
+            s = stats.get(f"{a}__{b}", {})
+            r, p, n = s.get("r"), s.get("p"), s.get("n", len(ok))
+            rtxt = "r undefined" if r is None else f"r = {r:.3f}, p = {p:.2g}"
+            ax.set_title(f"{rtxt} (n = {n})")
+            ax.set_xlabel(BRIDGE_LABELS[a])
+            ax.set_ylabel(BRIDGE_LABELS[b])
+            ax.ticklabel_format(axis="both", style="sci", scilimits=(-2, 3))
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+        fig.suptitle("Figure 3. Mechanism bridge over uncoupled cells (relative slopes)")
+        fig.tight_layout(rect=(0, 0.07, 1, 1))
+        return _save(fig, out, "fig3_bridge")
+
+
+def figA_checkpoints(an: Analysis, out: Path) -> list[Path]:
+    """Layer-mean PR_Q − PR_K vs training progress per checkpoint series."""
+    revs = an.frames.get("checkpoint_revisions")
+    if revs is None or revs.empty:
+        return []
+    series = sorted(revs["series"].unique())
+    cmap = plt.get_cmap("tab10")
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(7.5, 4.6))
+        for i, s in enumerate(series):
+            g = revs[revs["series"] == s].sort_values("progress")
+            ax.plot(
+                g["progress"],
+                g["pr_q_minus_pr_k"],
+                marker="o",
+                lw=1.6,
+                color=cmap(i % 10),
+                label=f"{s} ({len(g)} rev.)",
+            )
+        ax.set_xlabel("training progress (tokens / final tokens)")
+        ax.set_ylabel("PR$_Q$ − PR$_K$ (dims, layer mean)")
+        ax.set_xlim(-0.02, 1.02)
+        ax.legend(loc="best")
+        ax.set_title("Figure A. Query–key participation gap across public checkpoints")
+        fig.tight_layout()
+        return _save(fig, out, "figA_checkpoints")
+
+
+FIGURES = {
+    "fig1_alignment": fig1_alignment,
+    "fig2_pr": fig2_pr,
+    "fig3_bridge": fig3_bridge,
+    "figA_checkpoints": figA_checkpoints,
+}
+
+
+def draw_all(an: Analysis, out: Path) -> dict[str, list[Path]]:
+    """Every figure that has data: name -> [png, pdf]."""
+    written = {}
+    for name, fn in FIGURES.items():
+        paths = fn(an, out)
+        if paths:
+            written[name] = paths
+    return written

@@ -1,0 +1,478 @@
+"""The reducer: read the store, compute SPEC §8, write stats.json, tables, figures and report.md.
+
+    python -m sweep.report [--store runs/store] [--out runs/report] [--no-figures] [--preset NAME]
+
+``build_report(tables, out)`` does the same on in-memory DataFrames. The
+report works on whatever the store holds (an empty store included) and lists
+what it could not compute under ``missing``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from metrics import stats as st
+from sweep import tables as tb
+from sweep.schema import SCHEMAS, TABLES
+
+FIGURE_CAPTIONS = {
+    "fig1_alignment": "Figure 1 — layer-mean Q/K alignment per init (mean ± sd over seeds), one panel per depth",
+    "fig2_pr": "Figure 2 — layer-mean PR_Q and PR_K per init and depth (mean ± sd over seeds)",
+    "fig3_bridge": "Figure 3 — mechanism bridge over uncoupled seed-averaged cells, with OLS lines",
+    "figA_checkpoints": "Figure A — layer-mean PR_Q − PR_K against training progress per checkpoint series",
+}
+#: What a reader must know about the non-paper presets (SPEC §10).
+PRESET_NOTES = {
+    "demo": "The `demo` preset trains a small model (d_model 64) on the stdlib-docs corpus for a few "
+    "epochs at **lr 1e-3** (10× the paper's 1e-4) so that it learns visibly in minutes; its "
+    "numbers exercise the pipeline and are not comparable with the paper's.",
+    "smoke": "The `smoke` preset is the smallest grid that exercises every code path (tests only, "
+    "lr 1e-3, d_model 16, two epochs); its numbers carry no meaning.",
+}
+FIGURE_SECTION = {
+    "fig1_alignment": "alignment",
+    "fig2_pr": "slopes",
+    "fig3_bridge": "bridge",
+    "figA_checkpoints": "checkpoints",
+}
+
+
+# ----------------------------------------------------------------------------
+# reading
+# ----------------------------------------------------------------------------
+
+
+def _empty(table: str) -> pd.DataFrame:
+    return SCHEMAS[table].empty_table().to_pandas()
+
+
+def _read_parquet_dir(root: str, table: str) -> pd.DataFrame:
+    path = f"{str(root).rstrip('/')}/{table}"
+    if "://" not in path and not os.path.isdir(path):
+        return _empty(table)
+    try:
+        return pd.read_parquet(path, schema=SCHEMAS[table])
+    except (FileNotFoundError, OSError, ValueError) as exc:  # no files yet, or unreadable
+        print(f"sweep.report: could not read {path}: {exc}", file=sys.stderr)
+        return _empty(table)
+
+
+def load_tables(root) -> dict[str, pd.DataFrame]:
+    """The store's three tables as DataFrames (an empty frame with the schema's columns if absent).
+
+    Uses ``sweep.store.Store(root).read(table)`` when that module exists and
+    falls back to ``pandas.read_parquet(f"{root}/{table}")``.
+    """
+    try:
+        from sweep.store import Store
+    except ImportError:
+        Store = None
+    store = None
+    if Store is not None:
+        try:
+            store = Store(str(root))
+        except Exception as exc:  # noqa: BLE001 - fall back to plain Parquet reads
+            print(f"sweep.report: Store({root!r}) failed ({exc}); reading Parquet", file=sys.stderr)
+    out = {}
+    for t in TABLES:
+        df = None
+        if store is not None:
+            try:
+                df = store.read(t)
+            except Exception as exc:  # noqa: BLE001
+                print(
+                    f"sweep.report: Store.read({t!r}) failed ({exc}); reading Parquet",
+                    file=sys.stderr,
+                )
+        if df is None:
+            df = _read_parquet_dir(str(root), t)
+        if df.empty and len(df.columns) == 0:
+            df = _empty(t)
+        out[t] = df
+    return out
+
+
+# ----------------------------------------------------------------------------
+# prose: one sentence per table/figure, computed from the numbers
+# ----------------------------------------------------------------------------
+
+
+def _f(v, fmt=".3f") -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _p(v) -> str:
+    return "n/a" if v is None else f"{v:.2g}"
+
+
+def _sentence_alignment(s: dict) -> str:
+    a = s["alignment"]
+    fin = a["final"]
+    ep = a["final_epoch"]
+    eps = f"epoch {ep['min']}" if ep["min"] == ep["max"] else f"epochs {ep['min']}–{ep['max']}"
+    parts = [
+        f"{tb_label(i)} {_f(d['mean'])} ± {_f(d['sd'])} (n = {d['n']})" for i, d in fin.items()
+    ]
+    text = f"Final layer-mean alignment ({eps}): " + "; ".join(parts) + "."
+    if a.get("welch_t") is not None:
+        text += (
+            f" Welch t = {a['welch_t']:.2f}, p = {_p(a['welch_p'])}, Hedges' g = {_f(a['hedges_g'], '.2f')}"
+            f" (QK Identical n = {a['n_coupled']} vs uncoupled n = {a['n_uncoupled']})."
+        )
+    gaps = a.get("gap_by_depth") or {}
+    if gaps:
+        text += (
+            " Gap to the larger uncoupled mean: "
+            + ", ".join(f"{_f(g)} at {d} layer{'' if d == '1' else 's'}" for d, g in gaps.items())
+            + "."
+        )
+    return text
+
+
+def tb_label(init: str) -> str:
+    return {
+        "independent_xavier": "Independent Xavier",
+        "qk_identical": "QK Identical",
+        "disjoint_support_xavier": "Disjoint Support Xavier",
+    }.get(init, init)
+
+
+def _sentence_slopes(s: dict) -> str:
+    sl = s["slopes"]
+    bits = []
+    for metric, verb, key in (
+        ("pr_q_minus_pr_k", "pr_q − pr_k rises", "positive"),
+        ("pr_k", "pr_k falls", "negative"),
+        ("pr_q", "pr_q rises", "positive"),
+    ):
+        pooled = sl["pooled"][metric]
+        groups = ", ".join(
+            f"{g} {sl[g][metric][key]}/{sl[g][metric]['n']}"
+            for g in ("uncoupled", "coupled")
+            if sl[g][metric]["n"]
+        )
+        bits.append(f"{verb} in {pooled[key]} of {pooled['n']} seed-averaged traces ({groups})")
+    return "; ".join(bits) + "."
+
+
+def _sentence_categories(s: dict) -> str:
+    lc = s["layer_categories"]
+    cats = [c for c in st.CATEGORIES if c in lc]
+    lo_h = min(
+        cats, key=lambda c: lc[c]["attn_entropy"] if lc[c]["attn_entropy"] is not None else 1e9
+    )
+    lo_e = min(cats, key=lambda c: lc[c]["qk_erank"] if lc[c]["qk_erank"] is not None else 1e9)
+    hi_q = max(cats, key=lambda c: lc[c]["pr_q"] if lc[c]["pr_q"] is not None else -1e9)
+    return (
+        f"The lowest final attention entropy is in the {lo_h} layers ({_f(lc[lo_h]['attn_entropy'])} nats, "
+        f"top-1 {_f(lc[lo_h]['attn_top1'])}), the lowest QKᵀ effective rank in the {lo_e} layers "
+        f"({_f(lc[lo_e]['qk_erank'], '.2f')}), and the largest PR_Q in the {hi_q} layers "
+        f"({_f(lc[hi_q]['pr_q'], '.2f')} dims)."
+    )
+
+
+def _sentence_bridge(s: dict) -> str:
+    b = s["bridge"]
+    out = []
+    for level, name in (
+        ("seed_averaged", "uncoupled seed-averaged cells"),
+        ("per_seed", "per-seed trajectories"),
+    ):
+        if level not in b:
+            continue
+        rs = []
+        for pair, d in b[level].items():
+            a, c = pair.split("__")
+            rs.append(f"{a} vs {c} r = {_f(d['r'])} (p = {_p(d['p'])})")
+        n = max(d["n"] for d in b[level].values())
+        out.append(f"Over {n} {name}: " + "; ".join(rs) + ".")
+    return " ".join(out)
+
+
+def _sentence_interventions(s: dict) -> str:
+    iv = s["interventions"]
+    init = s.get("interventions_init")
+    out = []
+    for cond, e in iv.items():
+        if cond == "none":
+            continue
+        deltas = ", ".join(
+            f"Δ{m} {e[m]['delta']:+.3g}"
+            for m in ("attn_entropy", "logit_std", "qk_erank")
+            if e[m]["delta"] is not None
+        )
+        if e.get("confidence") is not None:
+            n = e.get("n_confidence", e["n_pairs"])
+            k = round(e["confidence"] * n)
+            conf = f"every predicted direction holds in {k} of {n} seeds (confidence {e['confidence']:.2f})"
+        else:
+            conf = "no predicted direction (no confidence score)"
+        out.append(f"{cond}: {deltas or 'no paired deltas'}; {conf}.")
+    return f"Paired differences from the matched `none` run ({init}): " + " ".join(out)
+
+
+def _sentence_checkpoints(s: dict) -> str:
+    c = s["checkpoints"]
+    return (
+        f"The slope of layer-mean pr_q − pr_k on progress is positive in {c['positive_series']} of "
+        f"{c['n_fitted_series']} series with ≥ 3 revisions; the pr_k → qk_erank → attn_entropy link "
+        f"(both correlations positive) recurs in {c['link_recurs_series']} of them."
+    )
+
+
+# ----------------------------------------------------------------------------
+# report.md
+# ----------------------------------------------------------------------------
+
+
+def _provenance_md(s: dict) -> list[str]:
+    pv = s["provenance"]
+    lines = ["## Data provenance", ""]
+    if not pv["sweeps"]:
+        lines.append("The store holds no baseline or intervention runs.")
+    for sweep, d in pv["sweeps"].items():
+        fe = d["final_epoch"]
+        fe_txt = str(fe["min"]) if fe["min"] == fe["max"] else f"{fe['min']}–{fe['max']}"
+        lines.append(
+            f"- **{sweep}**: {d['n_runs']} runs, preset(s) {', '.join(d['presets'])}; inits "
+            f"{', '.join(d['inits'])}; depths {', '.join(map(str, d['depths']))}; "
+            f"{len(d['seeds'])} seed(s) ({', '.join(map(str, d['seeds']))}); "
+            f"conditions {', '.join(d['interventions'])}; final epoch used "
+            f"{fe_txt} (each run's last logged epoch)."
+        )
+    if pv["checkpoint_series"]:
+        lines.append(
+            f"- **checkpoints**: {len(pv['checkpoint_series'])} series "
+            f"({', '.join(pv['checkpoint_series'])}), {pv['checkpoint_revisions']} ok revisions."
+        )
+    for preset in pv["presets"]:
+        if preset in PRESET_NOTES:
+            lines += ["", "> " + PRESET_NOTES[preset]]
+    if pv["excluded_runs"]:
+        lines.append(
+            f"- excluded: {', '.join(f'{r} ({why})' for r, why in pv['excluded_runs'].items())}"
+        )
+    for n in s.get("notes", []):
+        lines.append(f"- note: {n}")
+    return lines + [""]
+
+
+def _table_md(name: str, frames: dict[str, pd.DataFrame]) -> list[str]:
+    if name not in frames:
+        return []
+    return [
+        tb.to_markdown(frames[name]),
+        "",
+        f"(`tables/{name}.csv`, `.md`, `.tex`)",
+        "",
+    ]
+
+
+def _figure_md(name: str, figs: dict) -> list[str]:
+    if name not in figs:
+        return []
+    return [
+        f"![{FIGURE_CAPTIONS[name]}](figures/{name}.png)",
+        "",
+        f"*{FIGURE_CAPTIONS[name]}.*",
+        "",
+    ]
+
+
+def render_markdown(s: dict, frames: dict[str, pd.DataFrame], figs: dict) -> str:
+    lines = ["# qkgeom report: query expansion and key specialisation", ""]
+    lines += _provenance_md(s)
+    miss = s["missing"]
+
+    def absent(section):
+        return [f"*No data: {miss.get(section, 'not computed')}.*", ""]
+
+    lines += ["## Table 3 — final Q/K alignment per initialisation", ""]
+    if s.get("alignment"):
+        lines += [_sentence_alignment(s), ""] + _table_md("table3_alignment", frames)
+        lines += _table_md("table3_contrast", frames) + _figure_md("fig1_alignment", figs)
+    else:
+        lines += absent("alignment")
+
+    lines += ["## Table 4 — slopes over seed-averaged traces", ""]
+    if s.get("slopes") and "table4_slopes" in frames:
+        lines += [_sentence_slopes(s), ""] + _table_md("table4_slopes", frames)
+        lines += _figure_md("fig2_pr", figs)
+    else:
+        lines += absent("slopes")
+
+    lines += ["## Layer categories (final epoch)", ""]
+    if s.get("layer_categories"):
+        lines += [_sentence_categories(s), ""] + _table_md("layer_categories", frames)
+    else:
+        lines += absent("layer_categories")
+
+    lines += ["## Mechanism bridge (Figure 3)", ""]
+    if s.get("bridge"):
+        lines += (
+            [_sentence_bridge(s), ""]
+            + _table_md("bridge", frames)
+            + _figure_md("fig3_bridge", figs)
+        )
+    else:
+        lines += absent("bridge")
+
+    lines += ["## Table 5 — interventions", ""]
+    if s.get("interventions"):
+        lines += [_sentence_interventions(s), ""]
+        lines += _table_md("table5_interventions", frames) + _table_md("table5_deltas", frames)
+    else:
+        lines += absent("interventions")
+
+    lines += ["## Appendix A — public checkpoint series", ""]
+    if s.get("checkpoints"):
+        lines += [_sentence_checkpoints(s), ""] + _table_md("appendixA_checkpoints", frames)
+        lines += _figure_md("figA_checkpoints", figs)
+    else:
+        lines += absent("checkpoints")
+
+    lines += ["## Paper reference values (SPEC §9)", ""]
+    ref = frames.get("reference_comparison")
+    if s["provenance"]["paper_scale"] and ref is not None:
+        lines += [
+            "The store holds the paper-scale grid (preset `paper`), so the paper's values are shown beside ours.",
+            "",
+        ] + _table_md("reference_comparison", frames)
+    elif ref is not None:
+        lines += [
+            "The paper's values apply to paper scale (preset `paper`, WikiText-103, 45 epochs); this store "
+            "does not hold that grid, so they are listed for orientation only:",
+            "",
+        ]
+        lines += [
+            f"- {q}: {tb._fmt(p)}" for q, p in zip(ref["quantity"], ref["paper"], strict=True)
+        ]
+        lines.append("")
+
+    lines += ["## Missing", ""]
+    if miss:
+        lines += [f"- `{k}`: {v}" for k, v in miss.items()]
+    else:
+        lines.append("Nothing: every section had data.")
+    lines.append("")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------
+# the whole
+# ----------------------------------------------------------------------------
+
+
+def build_report(
+    tables: dict[str, pd.DataFrame],
+    out: Path,
+    figures: bool = True,
+    preset: str | None = None,
+) -> dict:
+    """Compute every statistic and write ``out``/stats.json, tables/, figures/ and report.md.
+
+    Returns the stats dict (the content of stats.json).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    an = st.compute_all(tables, preset=preset)
+    s = an.stats
+    frames = tb.build_tables(s)
+    if not s["provenance"]["paper_scale"]:
+        # keep the comparison table honest: our numbers are not at paper scale
+        frames["reference_comparison"] = frames["reference_comparison"].drop(columns="ours")
+    for name, df in frames.items():
+        tb.write_table(df, out / "tables", name)
+    for name in tb.TABLE_NAMES:
+        if name not in frames:
+            sec = tb.TABLE_SECTION[name]
+            s["missing"][f"tables.{name}"] = s["missing"].get(sec, f"no data for section {sec!r}")
+    s["timing_s"] = {"stats_and_tables": time.perf_counter() - t0}
+    figs: dict = {}
+    if figures:
+        from sweep import figures as fg
+
+        t1 = time.perf_counter()
+        figs = fg.draw_all(an, out / "figures")
+        s["timing_s"]["figures"] = time.perf_counter() - t1
+        for name in fg.FIGURE_NAMES:
+            if name not in figs:
+                sec = FIGURE_SECTION[name]
+                s["missing"][f"figures.{name}"] = s["missing"].get(
+                    sec, f"no data for section {sec!r}"
+                )
+    s["outputs"] = {
+        "tables": sorted(frames),
+        "figures": sorted(figs),
+        "report": "report.md",
+    }
+    (out / "report.md").write_text(render_markdown(s, frames, figs))
+    (out / "stats.json").write_text(json.dumps(st.to_jsonable(s), indent=2, allow_nan=False) + "\n")
+    return s
+
+
+def headline(s: dict) -> list[str]:
+    """3–5 one-line headline numbers."""
+    lines = []
+    a = s.get("alignment")
+    if a:
+        fin = a["final"]
+        c = fin.get(st.COUPLED, {}).get("mean")
+        unc = [fin[i]["mean"] for i in st.UNCOUPLED if i in fin and fin[i]["mean"] is not None]
+        lines.append(
+            f"final alignment: qk_identical {_f(c)} vs uncoupled "
+            f"{'/'.join(_f(u) for u in unc) or 'n/a'} (Welch p = {_p(a.get('welch_p'))}, g = {_f(a.get('hedges_g'), '.2f')})"
+        )
+    sl = s.get("slopes")
+    if sl:
+        d, k = sl["pooled"]["pr_q_minus_pr_k"], sl["pooled"]["pr_k"]
+        lines.append(
+            f"seed-averaged traces: pr_q − pr_k rises in {d['positive']}/{d['n']}, pr_k falls in {k['negative']}/{k['n']}"
+        )
+    b = s.get("bridge")
+    if b and "seed_averaged" in b:
+        rs = ", ".join(_f(v["r"]) for v in b["seed_averaged"].values())
+        lines.append(f"bridge r (uncoupled seed-averaged): {rs}")
+    iv = s.get("interventions")
+    if iv:
+        conf = ", ".join(
+            f"{c} {_f(e['confidence'], '.2f')}"
+            for c, e in iv.items()
+            if e.get("confidence") is not None
+        )
+        lines.append(f"intervention confidence: {conf or 'n/a'}")
+    c = s.get("checkpoints")
+    if c:
+        lines.append(
+            f"checkpoint series with positive pr_q − pr_k slope: {c['positive_series']}/{c['n_fitted_series']}"
+        )
+    if not lines:
+        lines.append("no statistics: the store holds no usable runs (see `missing` in report.md)")
+    return lines[:5]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sweep.report", description=__doc__.splitlines()[0])
+    ap.add_argument("--store", default="runs/store", help="store root (path or pyarrow URI)")
+    ap.add_argument("--out", default="runs/report", help="output directory")
+    ap.add_argument("--no-figures", action="store_true", help="skip figure rendering")
+    ap.add_argument("--preset", default=None, help="keep only runs of this preset")
+    args = ap.parse_args(argv)
+    tables = load_tables(args.store)
+    s = build_report(tables, Path(args.out), figures=not args.no_figures, preset=args.preset)
+    print(Path(args.out) / "report.md")
+    for line in headline(s):
+        print("  " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

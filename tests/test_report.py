@@ -1,0 +1,276 @@
+"""sweep.report end to end: Parquet store on disk -> stats.json, tables, figures, report.md."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sweep import report, tables
+from sweep.schema import SCHEMAS
+
+try:
+    from tests.synthetic import make_synthetic_store, write_store
+except ImportError:  # tests/ on sys.path instead of the repo root
+    from synthetic import make_synthetic_store, write_store
+
+ALL_TABLES = (
+    "table3_alignment",
+    "table4_slopes",
+    "table5_interventions",
+    "layer_categories",
+    "bridge",
+    "appendixA_checkpoints",
+)
+SEP = re.compile(r"^\|(\s*:?-+:?\s*\|)+$")
+
+
+def _strict_json(path: Path) -> dict:
+    def bad(c):
+        raise ValueError(f"non-JSON constant {c}")
+
+    return json.loads(path.read_text(), parse_constant=bad)
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """A small but complete store written as Parquet and reduced through the CLI."""
+    root = tmp_path_factory.mktemp("store")
+    out = tmp_path_factory.mktemp("report")
+    tb = make_synthetic_store(n_seeds=2, epochs=8, iv_epochs=4)
+    write_store(tb, root)
+    return root, out, tb
+
+
+def test_cli_end_to_end(full_run, capsys):
+    root, out, tb = full_run
+    assert report.main(["--store", str(root), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].endswith("report.md") and Path(printed[0]) == out / "report.md"
+    assert 3 <= len(printed) - 1 <= 5
+    s = _strict_json(out / "stats.json")
+    assert s["missing"] == {}
+    assert s["provenance"]["sweeps"]["baseline"]["n_runs"] == 18
+    assert s["provenance"]["sweeps"]["interventions"]["n_runs"] == 30
+    assert s["provenance"]["sweeps"]["baseline"]["final_epoch"] == {"min": 8, "max": 8}
+    assert s["provenance"]["paper_scale"] is True
+    # the Parquet round trip gives the same numbers as the in-memory tables
+    direct = report.build_report(tb, out / "direct", figures=False)
+    assert s["alignment"]["welch_p"] == pytest.approx(direct["alignment"]["welch_p"])
+    for sec in (
+        "alignment",
+        "slopes",
+        "layer_categories",
+        "bridge",
+        "interventions",
+        "checkpoints",
+    ):
+        _assert_close(s[sec], direct[sec], sec)
+
+
+def _assert_close(a, b, where: str) -> None:
+    """Recursive equality with a float tolerance (Parquet reads may reorder rows)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), where
+        for k in a:
+            _assert_close(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12), where
+    else:
+        assert a == b, where
+
+
+def test_figures_are_written(full_run):
+    _, out, _ = full_run
+    for name in ("fig1_alignment", "fig2_pr", "fig3_bridge", "figA_checkpoints"):
+        png = out / "figures" / f"{name}.png"
+        pdf = out / "figures" / f"{name}.pdf"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, name
+        assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 2_000, name
+        assert f"](figures/{name}.png)" in (out / "report.md").read_text()
+
+
+def test_tables_round_trip_and_parse(full_run):
+    _, out, _ = full_run
+    s = _strict_json(out / "stats.json")
+    built = tables.build_tables(s)
+    for name in ALL_TABLES + ("table3_contrast", "table5_deltas", "reference_comparison"):
+        csv = out / "tables" / f"{name}.csv"
+        back = pd.read_csv(csv)
+        ref = built[name]
+        assert list(back.columns) == list(ref.columns), name
+        assert len(back) == len(ref), name
+        for col in ref.columns:
+            if pd.api.types.is_float_dtype(ref[col]):
+                pd.testing.assert_series_equal(
+                    back[col].astype(float), ref[col].astype(float), check_names=False, rtol=1e-12
+                )
+        md = (out / "tables" / f"{name}.md").read_text().strip().splitlines()
+        assert md[0].startswith("|") and SEP.match(md[1]), name
+        assert len(md) == len(ref) + 2
+        assert md[0].count("|") == len(ref.columns) + 1
+        tex = (out / "tables" / f"{name}.tex").read_text()
+        for rule in ("\\toprule", "\\midrule", "\\bottomrule"):
+            assert rule in tex, (name, rule)
+        assert "\\begin{tabular}" in tex and "_" not in tex.replace("\\_", ""), name
+
+
+def test_table_values_match_stats(full_run):
+    _, out, _ = full_run
+    s = _strict_json(out / "stats.json")
+    t4 = pd.read_csv(out / "tables" / "table4_slopes.csv").set_index(["group", "metric"])
+    assert t4.loc[("pooled", "pr_k"), "negative"] == s["slopes"]["pooled"]["pr_k"]["negative"]
+    t5 = pd.read_csv(out / "tables" / "table5_interventions.csv").set_index("condition")
+    assert t5.loc["freeze_k", "confidence"] == pytest.approx(
+        s["interventions"]["freeze_k"]["confidence"]
+    )
+    assert pd.isna(t5.loc["qk_align_reg", "confidence"])
+
+
+def test_report_md_sentences_carry_numbers(full_run):
+    _, out, _ = full_run
+    s = _strict_json(out / "stats.json")
+    md = (out / "report.md").read_text()
+    d = s["slopes"]["pooled"]["pr_q_minus_pr_k"]
+    assert f"pr_q − pr_k rises in {d['positive']} of {d['n']} seed-averaged traces" in md
+    assert f"Hedges' g = {s['alignment']['hedges_g']:.2f}" in md
+    assert "beside ours" in md  # paper preset: comparison with the paper
+    ref = pd.read_csv(out / "tables" / "reference_comparison.csv")
+    assert list(ref.columns) == ["quantity", "paper", "ours"]
+    assert "## Missing" in md and "Nothing: every section had data." in md
+
+
+def _run_cli(tmp_path: Path, tb: dict | None, figures: bool = False) -> tuple[dict, str]:
+    root, out = tmp_path / "store", tmp_path / "out"
+    if tb is not None:
+        write_store(tb, root)
+    args = ["--store", str(root), "--out", str(out)] + ([] if figures else ["--no-figures"])
+    assert report.main(args) == 0
+    return _strict_json(out / "stats.json"), (out / "report.md").read_text()
+
+
+def test_only_baseline(tmp_path):
+    s, md = _run_cli(
+        tmp_path, make_synthetic_store(n_seeds=2, epochs=4, interventions=False, checkpoints=False)
+    )
+    assert {"interventions", "checkpoints"} <= set(s["missing"])
+    assert "alignment" not in s["missing"] and "slopes" not in s["missing"]
+    assert s["interventions"] is None and s["alignment"]["welch_p"] is not None
+    assert not (tmp_path / "out" / "tables" / "table5_interventions.csv").exists()
+    assert (tmp_path / "out" / "tables" / "table4_slopes.csv").exists()
+    assert "tables.table5_interventions" in s["missing"]
+    assert "`interventions`: no intervention runs" in md
+
+
+def test_only_interventions(tmp_path):
+    s, md = _run_cli(tmp_path, make_synthetic_store(baseline=False, checkpoints=False, iv_epochs=3))
+    for sec in ("alignment", "slopes", "layer_categories", "bridge", "checkpoints"):
+        assert sec in s["missing"], sec
+    assert "interventions" not in s["missing"]
+    assert s["interventions"]["forced_k_contraction"]["confidence"] is not None
+    assert (tmp_path / "out" / "tables" / "table5_interventions.md").exists()
+    assert not (tmp_path / "out" / "tables" / "table3_alignment.csv").exists()
+
+
+def test_one_init_one_seed(tmp_path):
+    tb = make_synthetic_store(
+        n_seeds=1,
+        epochs=4,
+        inits=("independent_xavier",),
+        iv_seeds=(7,),
+        iv_epochs=3,
+        checkpoints=False,
+    )
+    s, md = _run_cli(tmp_path, tb)
+    assert "alignment.welch" in s["missing"] and "alignment.gap_by_depth" in s["missing"]
+    assert "qk_identical, disjoint_support_xavier" in s["missing"]["baseline.inits"]
+    assert "slopes.coupled" in s["missing"] and "slopes.uncoupled" not in s["missing"]
+    assert s["alignment"]["welch_p"] is None and s["alignment"]["hedges_g"] is None
+    assert s["alignment"]["final"]["independent_xavier"]["sd"] is not None  # 3 depths -> 3 runs
+    assert s["interventions"]["freeze_k"]["attn_entropy"]["sd"] is None  # one seed
+    assert s["interventions"]["freeze_k"]["confidence"] in (0.0, 1.0)
+    assert "Welch" not in md.split("## Table 4")[0]  # no test sentence without a test
+
+
+def test_empty_store(tmp_path):
+    s, md = _run_cli(tmp_path, None, figures=True)
+    for sec in (
+        "alignment",
+        "slopes",
+        "layer_categories",
+        "bridge",
+        "interventions",
+        "checkpoints",
+    ):
+        assert sec in s["missing"], sec
+        assert s[sec] is None
+    assert s["provenance"]["n_runs"] == 0
+    assert "The store holds no baseline or intervention runs." in md
+    assert "listed for orientation only" in md
+    assert sorted(p.name for p in (tmp_path / "out" / "tables").iterdir()) == [
+        "reference_comparison.csv",
+        "reference_comparison.md",
+        "reference_comparison.tex",
+    ]
+    assert not (tmp_path / "out" / "figures").exists() or not any(
+        (tmp_path / "out" / "figures").iterdir()
+    )
+
+
+def test_demo_preset_notes_lr_and_skips_paper_columns(tmp_path):
+    tb = make_synthetic_store(
+        n_seeds=2, epochs=5, preset="demo", interventions=False, checkpoints=False
+    )
+    s, md = _run_cli(tmp_path, tb)
+    assert s["provenance"]["paper_scale"] is False
+    assert "lr 1e-3" in md
+    assert "listed for orientation only" in md
+    ref = pd.read_csv(tmp_path / "out" / "tables" / "reference_comparison.csv")
+    assert "ours" not in ref.columns
+
+
+def test_mixed_presets_and_preset_filter(tmp_path):
+    a = make_synthetic_store(
+        n_seeds=1, epochs=3, preset="demo", interventions=False, checkpoints=False
+    )
+    b = make_synthetic_store(
+        n_seeds=1, epochs=3, preset="smoke", interventions=False, checkpoints=False
+    )
+    tb = {k: pd.concat([a[k], b[k]], ignore_index=True) for k in a}
+    s = report.build_report(tb, tmp_path / "mixed", figures=False)
+    assert any("mixes presets" in n for n in s["notes"])
+    assert s["provenance"]["sweeps"]["baseline"]["n_runs"] == 18
+    s2 = report.build_report(tb, tmp_path / "one", figures=False, preset="smoke")
+    assert s2["provenance"]["presets"] == ["smoke"]
+    assert s2["provenance"]["sweeps"]["baseline"]["n_runs"] == 9
+
+
+def test_load_tables_parquet_fallback(tmp_path, monkeypatch):
+    tb = make_synthetic_store(n_seeds=1, depths=(4,), epochs=2, iv_epochs=2)
+    write_store(tb, tmp_path)
+    monkeypatch.setitem(sys.modules, "sweep.store", None)  # import fails -> Parquet fallback
+    got = report.load_tables(tmp_path)
+    for t in ("layers", "epochs", "checkpoints"):
+        assert list(got[t].columns) == SCHEMAS[t].names
+        assert len(got[t]) == len(tb[t])
+    key = ["run_id", "epoch", "layer"]
+    a = got["layers"].sort_values(key).reset_index(drop=True)
+    b = tb["layers"].sort_values(key).reset_index(drop=True)
+    pd.testing.assert_series_equal(a["pr_k"], b["pr_k"])
+    empty = report.load_tables(tmp_path / "nowhere")
+    assert all(df.empty and list(df.columns) == SCHEMAS[t].names for t, df in empty.items())
+
+
+def test_build_report_is_fast_without_figures(tmp_path):
+    import time
+
+    tb = make_synthetic_store()
+    t = time.perf_counter()
+    s = report.build_report(tb, tmp_path, figures=False)
+    assert time.perf_counter() - t < 5.0
+    assert s["outputs"]["figures"] == []
+    assert "figures.fig1_alignment" not in s["missing"]  # not drawn is not missing
