@@ -214,7 +214,7 @@ class BatchSampler:
 
     def __init__(self, data: np.ndarray, batch_size: int, context: int, seed: int,
                  device: torch.device | str = "cpu") -> None:
-        if len(data) < context + 2:
+        if len(data) < context + 1:
             raise CorpusError(
                 f"split of {len(data)} tokens is shorter than one window of context+1={context + 1}"
             )
@@ -226,7 +226,7 @@ class BatchSampler:
 
     def next(self) -> tuple[Tensor, Tensor]:
         """x, y: [B, T] int64, y shifted by one."""
-        starts = torch.randint(len(self.data) - self.context - 1, (self.batch_size,),
+        starts = torch.randint(len(self.data) - self.context, (self.batch_size,),
                                generator=self.generator, device=self.device)
         w = self.data[starts[:, None] + self.offsets].long()  # (B, T+1)
         return w[:, :-1], w[:, 1:]
@@ -240,10 +240,10 @@ class BatchSampler:
 
 def fixed_windows(data: np.ndarray, n: int, context: int, seed: int) -> tuple[Tensor, Tensor]:
     """``n`` windows chosen by ``seed`` alone: x, y [n, context] int64 on the CPU."""
-    if len(data) < context + 2:
+    if len(data) < context + 1:
         raise CorpusError(f"split of {len(data)} tokens is shorter than one window of {context + 1}")
     gen = torch.Generator().manual_seed(seed)
-    starts = torch.randint(len(data) - context - 1, (n,), generator=gen)
+    starts = torch.randint(len(data) - context, (n,), generator=gen)
     arr = torch.from_numpy(np.asarray(data, dtype=np.int64))
     w = arr[starts[:, None] + torch.arange(context + 1)]
     return w[:, :-1], w[:, 1:]
