@@ -1,0 +1,195 @@
+"""model/train.py (SPEC §3, §4.1): epoch reports, resume bit-identity, divergence, config, optimiser."""
+
+from __future__ import annotations
+
+import io
+import math
+from functools import cache
+
+import pytest
+import torch
+
+from model.train import EpochReport, TrainConfig, Trainer
+from sweep.schema import EPOCH_METRICS, LAYER_GRAD_METRICS, LAYER_METRICS
+from tests.helpers import CONTEXT, tiny_corpus, tiny_model_cfg, tiny_train_cfg
+
+EPOCHS, STEPS, BATCH = 3, 5, 8
+TOKENS_PER_EPOCH = STEPS * BATCH * CONTEXT
+
+
+def make_trainer(epochs: int = EPOCHS, qk_init: str = "independent_xavier", **overrides) -> Trainer:
+    cfg = tiny_train_cfg(epochs=epochs, steps_per_epoch=STEPS, lr=3e-3, seed=11, **overrides)
+    return Trainer(tiny_model_cfg(), cfg, tiny_corpus(), qk_init, 5)
+
+
+def params(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+
+
+def comparable(report: EpochReport) -> tuple:
+    """A report without its timing columns."""
+    run = {k: v for k, v in report.run.items() if k not in ("wall_s", "tokens_per_s")}
+    return report.epoch, report.status, run, report.layers
+
+
+@cache
+def uninterrupted() -> tuple[dict[str, torch.Tensor], list[EpochReport], str]:
+    trainer = make_trainer()
+    reports: list[EpochReport] = []
+    status = trainer.run(reports.append)
+    return params(trainer), reports, status
+
+
+def test_on_epoch_sees_epoch_zero_then_every_epoch() -> None:
+    _, reports, status = uninterrupted()
+    assert status == "completed"
+    assert [r.epoch for r in reports] == list(range(EPOCHS + 1))
+    first = reports[0]
+    assert first.run["train_loss"] is None and first.run["grad_norm"] is None
+    assert first.run["tokens_seen"] == 0 and first.run["tokens_per_s"] is None
+    assert [r.status for r in reports] == ["running"] * EPOCHS + ["completed"]
+    for r in reports:
+        assert r.run["status"] == r.status
+        assert r.run["tokens_seen"] == r.epoch * TOKENS_PER_EPOCH
+    # at initialisation the model predicts nearly uniformly
+    assert first.run["val_loss"] == pytest.approx(math.log(tiny_corpus().vocab_size), abs=0.1)
+    # and it learns (lr 3e-3): validation loss falls, wall time accumulates
+    assert reports[-1].run["val_loss"] < first.run["val_loss"] - 0.3
+    walls = [r.run["wall_s"] for r in reports]
+    assert walls[0] == 0.0 and all(b > a for a, b in zip(walls, walls[1:], strict=False))
+
+
+def test_report_columns() -> None:
+    _, reports, _ = uninterrupted()
+    run_columns = set(EPOCH_METRICS) | {"tokens_seen", "status"}
+    layer_columns = set(LAYER_METRICS) | set(LAYER_GRAD_METRICS) | {"layer"}
+    for r in reports:
+        assert run_columns <= set(r.run), run_columns - set(r.run)
+        assert [row["layer"] for row in r.layers] == [0, 1]
+        for row in r.layers:
+            assert layer_columns <= set(row), layer_columns - set(row)
+            for c in LAYER_METRICS:
+                assert math.isfinite(row[c]), (r.epoch, c)
+            for c in LAYER_GRAD_METRICS:
+                if r.epoch == 0:
+                    assert row[c] is None
+                else:
+                    assert math.isfinite(row[c]) and row[c] > 0
+        if r.epoch > 0:
+            for c in EPOCH_METRICS:
+                assert math.isfinite(r.run[c]) and r.run[c] > 0, c
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stop_at", [0, 1])
+def test_resume_is_bit_identical(stop_at: int) -> None:
+    full_params, full_reports, _ = uninterrupted()
+    first = make_trainer()
+    saved = io.BytesIO()
+
+    def stop(report: EpochReport) -> None:
+        if report.epoch == stop_at:
+            torch.save(first.state_dict(), saved)  # as the trial does, inside on_epoch
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        first.run(stop)
+    saved.seek(0)
+    state = torch.load(saved, weights_only=False)
+    torch.manual_seed(999)  # whatever the global RNG did meanwhile
+    resumed = make_trainer()
+    resumed.load_state_dict(state)
+    assert resumed.epoch == stop_at and resumed.step == stop_at * STEPS
+    reports: list[EpochReport] = []
+    assert resumed.run(reports.append) == "completed"
+    # a state saved at epoch 0 (step 0) reports epoch 0 again on resume, identically (the
+    # store's writes are idempotent); a later state continues with the next epoch
+    first_epoch = 0 if stop_at == 0 else stop_at + 1
+    assert [r.epoch for r in reports] == list(range(first_epoch, EPOCHS + 1))
+    resumed_params = params(resumed)
+    assert resumed_params.keys() == full_params.keys()
+    differ = [n for n in full_params if not torch.equal(full_params[n], resumed_params[n])]
+    assert not differ, differ
+    for mine, theirs in zip(reports, full_reports[first_epoch:], strict=True):
+        assert mine.run["val_loss"] == theirs.run["val_loss"]
+        assert comparable(mine) == comparable(theirs)
+
+
+def test_a_trainer_without_resume_differs_with_another_batch_seed() -> None:
+    """The resume test above can fail: another batch order gives other weights."""
+    full_params, _, _ = uninterrupted()
+    other = make_trainer(epochs=EPOCHS)
+    other.sampler.load_state_dict({"generator": torch.Generator().manual_seed(12).get_state()})
+    other.run()
+    assert not torch.equal(params(other)["blocks.0.attn.k_proj.weight"], full_params["blocks.0.attn.k_proj.weight"])
+
+
+@pytest.mark.parametrize("check_every", [1, 25])
+def test_non_finite_loss_ends_the_run_as_diverged(check_every: int) -> None:
+    trainer = make_trainer(check_every=check_every)
+    reports: list[EpochReport] = []
+
+    def poison(report: EpochReport) -> None:
+        reports.append(report)
+        if report.epoch == 0:
+            with torch.no_grad():
+                trainer.model.blocks[0].attn.v_proj.weight.fill_(float("nan"))
+
+    assert trainer.run(poison) == "diverged"
+    assert trainer.status == "diverged"
+    assert [r.epoch for r in reports] == [0, 1]  # no epoch after the divergence
+    last = reports[-1]
+    assert last.status == "diverged" and last.run["status"] == "diverged"
+    assert math.isnan(last.run["train_loss"])
+    # the check runs every ``check_every`` steps, and at the end of the epoch
+    steps = 1 if check_every == 1 else STEPS
+    assert trainer.step == steps and last.run["tokens_seen"] == steps * BATCH * CONTEXT
+    assert trainer.run() == "diverged"  # a diverged run stays stopped
+
+
+@pytest.mark.parametrize("field,value", [
+    ("lr", 0.0), ("batch_size", 0), ("eval_batches", 0), ("probe_seqs", -1), ("check_every", 0),
+    ("epochs", -1), ("steps_per_epoch", 0), ("weight_decay", -0.1), ("grad_clip", 0.0),
+    ("amp", "fp8"),
+])
+def test_train_config_validation(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**{field: value})
+
+
+def test_train_config_defaults_are_the_paper_recipe() -> None:
+    cfg = TrainConfig()
+    assert (cfg.lr, cfg.beta1, cfg.beta2, cfg.weight_decay, cfg.grad_clip, cfg.batch_size) == (
+        1e-4, 0.9, 0.95, 0.1, 1.0, 64)
+    assert TrainConfig(epochs=0).epochs == 0 and TrainConfig(steps_per_epoch=None).steps_per_epoch is None
+
+
+def test_trainer_rejects_mismatched_vocab_and_unknown_init() -> None:
+    with pytest.raises(ValueError, match="vocab_size"):
+        Trainer(tiny_model_cfg(vocab_size=99), tiny_train_cfg(), tiny_corpus(), "independent_xavier", 0)
+    with pytest.raises(ValueError, match="bogus"):
+        Trainer(tiny_model_cfg(), tiny_train_cfg(), tiny_corpus(), "bogus", 0)
+
+
+def test_weight_decay_only_on_matrices_and_embeddings() -> None:
+    trainer = make_trainer()
+    groups = trainer.optimizer.param_groups
+    named = dict(trainer.model.named_parameters())
+    by_id = {id(p): n for n, p in named.items()}
+    decayed = [g for g in groups if g["weight_decay"] > 0]
+    plain = [g for g in groups if g["weight_decay"] == 0]
+    assert len(decayed) == 1 and decayed[0]["weight_decay"] == 0.1
+    decay_names = {by_id[id(p)] for p in decayed[0]["params"]}
+    plain_names = {by_id[id(p)] for g in plain for p in g["params"]}
+    assert decay_names == {n for n, p in named.items() if p.dim() >= 2}
+    assert plain_names == {n for n, p in named.items() if p.dim() < 2}
+    assert "tok_emb.weight" in decay_names and "blocks.0.attn.q_proj.weight" in decay_names
+    assert "blocks.0.attn.q_proj.bias" in plain_names and "blocks.0.ln1.weight" in plain_names
+    # every parameter exactly once (the tied head is the embedding)
+    all_params = [p for g in groups for p in g["params"]]
+    assert len(all_params) == len({id(p) for p in all_params}) == len(named)
+    for g in groups:
+        assert g["lr"] == 3e-3 and g["betas"] == (0.9, 0.95)
