@@ -1,0 +1,288 @@
+"""Probe a Hugging Face causal LM for the checkpoint columns of SPEC §7.
+
+Per layer: ``pr_q``, ``pr_k`` (participation ratio of the projection outputs
+*before* rotary, heads concatenated; K over its own KV heads) and the
+attention statistics of ``metrics.attention.attention_stats`` on the scores
+the model itself computes (after rotary, with the model's own scaling, KV
+heads expanded for grouped-query attention).
+
+How the tensors are captured (transformers 5.x):
+
+* **Pre-rotary Q and K**: forward hooks on the projection modules, whose
+  outputs are cloned (OLMo's ``clip_qkv`` clamps them in place afterwards,
+  so PR is that of ``q_proj(x)`` itself). Fused layouts are split exactly as
+  the model splits them: GPT-2 ``c_attn`` into thirds [Q | K | V]; GPT-NeoX
+  ``query_key_value`` per head, ``view(B, T, H, 3·d_head).chunk(3, -1)``.
+* **Scores**: for the duration of the probe the model's attention
+  implementation is switched to ``"qkgeom_capture"``, registered in
+  ``transformers.AttentionInterface`` (with ``masking_utils.eager_mask`` in
+  ``AttentionMaskInterface``, so it receives the same additive causal mask as
+  eager attention). Every attention module hands it the post-rotary query and
+  key and its own ``scaling`` (GPT-2's ``scale_attn_by_inverse_layer_idx`` is
+  folded into ``GPT2Attention.scaling``); it computes
+  ``S = q·expand(k)ᵀ·scaling`` in float32, records S before the mask, and
+  finishes attention exactly as the eager implementation does (mask added,
+  float32 softmax, cast to V's dtype, product with V). On float32 weights this
+  is the eager computation operation for operation; in bf16 S is computed in
+  float32 from the bf16 q and k, as GPT-2's ``reorder_and_upcast_attn`` does.
+  Probabilities cannot be turned back into scores (softmax drops a per-row
+  constant), which is why ``output_attentions`` is not used.
+
+The probe runs one no-grad forward pass on [B, T] token ids without padding,
+at positions 0..T−1, and restores the model's mode and attention
+implementation afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from metrics.attention import attention_stats
+from metrics.spectra import participation_ratio
+
+CAPTURE_IMPLEMENTATION = "qkgeom_capture"
+
+#: Architectures (``config.model_type``) the probe knows how to split.
+SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neox", "llama", "olmo")
+
+_TAP_ATTR = "_qkgeom_tap"
+
+
+@dataclass
+class LayerTrace:
+    """What one layer produced in the probe pass.
+
+    q: [B, T, H·d_head] pre-rotary query projection; k: [B, T, H_kv·d_head];
+    scores: [B, H, T, T] float32, post-rotary, scaled, before the mask.
+    """
+
+    q: Tensor | None = None
+    k: Tensor | None = None
+    scores: Tensor | None = None
+
+
+@dataclass
+class _Tap:
+    """A per-layer sink: ``emit(layer, name, tensor)`` with name in q / k / scores."""
+
+    emit: Callable[[int, str, Tensor], None]
+    layer: int
+
+
+@dataclass
+class _LayerSpec:
+    """Where one layer's Q, K and attention live, and how to split a fused projection."""
+
+    attention: nn.Module
+    hooks: list[tuple[nn.Module, Callable[[Tensor], dict[str, Tensor]]]] = field(default_factory=list)
+
+
+def _capture_attention(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: object,
+) -> tuple[Tensor, Tensor]:
+    """Eager attention that also records the scaled, unmasked scores.
+
+    query: [B, H, T, d]; key, value: [B, H_kv, S, d]; attention_mask: additive
+    [B, 1, T, S] or None (then causal). Returns ([B, T, H, d], probs [B, H, T, S]).
+    """
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    n_rep = query.shape[1] // key.shape[1]
+    key = _expand_kv(key, n_rep)  # (B, H, S, d)
+    value = _expand_kv(value, n_rep)
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scaling  # (B, H, T, S)
+    tap: _Tap | None = getattr(module, _TAP_ATTR, None)
+    if tap is not None:
+        tap.emit(tap.layer, "scores", scores)
+    if attention_mask is None:
+        t, s = scores.shape[-2:]
+        allowed = torch.ones(t, s, dtype=torch.bool, device=scores.device).tril(s - t)
+        masked = scores.masked_fill(~allowed, float("-inf"))
+    elif attention_mask.dtype == torch.bool:
+        masked = scores.masked_fill(~attention_mask, float("-inf"))
+    else:
+        masked = scores + attention_mask
+    probs = torch.softmax(masked, dim=-1, dtype=torch.float32).to(value.dtype)
+    probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+    out = torch.matmul(probs, value).transpose(1, 2).contiguous()  # (B, T, H, d)
+    return out, probs
+
+
+def _expand_kv(x: Tensor, n_rep: int) -> Tensor:
+    """[B, H_kv, S, d] → [B, H_kv·n_rep, S, d], each KV head repeated for its query group."""
+    if n_rep == 1:
+        return x
+    b, h_kv, s, d = x.shape
+    return x[:, :, None].expand(b, h_kv, n_rep, s, d).reshape(b, h_kv * n_rep, s, d)
+
+
+AttentionInterface.register(CAPTURE_IMPLEMENTATION, _capture_attention)
+AttentionMaskInterface.register(CAPTURE_IMPLEMENTATION, eager_mask)
+
+
+def _split_gpt2(d_model: int) -> Callable[[Tensor], dict[str, Tensor]]:
+    """c_attn output [B, T, 3D] → Q, K = the first two thirds."""
+
+    def split(y: Tensor) -> dict[str, Tensor]:
+        q, k, _ = y.split(d_model, dim=-1)
+        return {"q": q, "k": k}
+
+    return split
+
+
+def _split_neox(n_head: int) -> Callable[[Tensor], dict[str, Tensor]]:
+    """query_key_value output [B, T, 3D], interleaved per head → Q, K [B, T, D]."""
+
+    def split(y: Tensor) -> dict[str, Tensor]:
+        b, t, three_d = y.shape
+        q, k, _ = y.view(b, t, n_head, three_d // n_head).chunk(3, dim=-1)  # (B, T, H, d_head)
+        return {"q": q.reshape(b, t, -1), "k": k.reshape(b, t, -1)}
+
+    return split
+
+
+def _named(name: str) -> Callable[[Tensor], dict[str, Tensor]]:
+    return lambda y: {name: y}
+
+
+def _layer_specs(model: nn.Module) -> list[_LayerSpec]:
+    """One spec per decoder layer, embedding side first."""
+    config = model.config
+    kind = config.model_type
+    base = model.base_model
+    if kind == "gpt2":
+        split = _split_gpt2(config.hidden_size)
+        return [_LayerSpec(b.attn, [(b.attn.c_attn, split)]) for b in base.h]
+    if kind == "gpt_neox":
+        split = _split_neox(config.num_attention_heads)
+        return [_LayerSpec(b.attention, [(b.attention.query_key_value, split)]) for b in base.layers]
+    if kind in ("llama", "olmo"):
+        return [
+            _LayerSpec(
+                b.self_attn,
+                [(b.self_attn.q_proj, _named("q")), (b.self_attn.k_proj, _named("k"))],
+            )
+            for b in base.layers[: config.num_hidden_layers]
+        ]
+    raise ValueError(
+        f"hf_probe does not know model_type {kind!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+    )
+
+
+@contextmanager
+def _tapped(model: nn.Module, emit: Callable[[int, str, Tensor], None]) -> Iterator[int]:
+    """Install Q/K hooks and the capturing attention; always remove them. Yields the layer count."""
+    specs = _layer_specs(model)
+    handles = []
+    previous = model.config._attn_implementation
+    was_training = model.training
+    try:
+        for layer, spec in enumerate(specs):
+            setattr(spec.attention, _TAP_ATTR, _Tap(emit, layer))
+            for module, split in spec.hooks:
+                handles.append(module.register_forward_hook(_projection_hook(emit, layer, split)))
+        model.set_attn_implementation(CAPTURE_IMPLEMENTATION)
+        if model.config._attn_implementation != CAPTURE_IMPLEMENTATION:
+            raise RuntimeError(f"{type(model).__name__} refused the capturing attention function")
+        model.eval()
+        yield len(specs)
+    finally:
+        for h in handles:
+            h.remove()
+        for spec in specs:
+            if hasattr(spec.attention, _TAP_ATTR):
+                delattr(spec.attention, _TAP_ATTR)
+        if model.config._attn_implementation != previous:
+            model.set_attn_implementation(previous)
+        model.train(was_training)
+
+
+def _projection_hook(
+    emit: Callable[[int, str, Tensor], None], layer: int, split: Callable[[Tensor], dict[str, Tensor]]
+) -> Callable[[nn.Module, tuple, Tensor], None]:
+    def hook(_module: nn.Module, _inputs: tuple, output: Tensor) -> None:
+        for name, x in split(output.detach()).items():
+            emit(layer, name, x.clone())  # clone: OLMo's clip_qkv clamps the output in place later
+
+    return hook
+
+
+def _forward(model: nn.Module, input_ids: Tensor) -> None:
+    """One causal pass at positions 0..T−1, no padding. input_ids: [B, T]."""
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [B, T], got {tuple(input_ids.shape)}")
+    model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), use_cache=False)
+
+
+@torch.no_grad()
+def trace_hf_model(model: nn.Module, input_ids: Tensor) -> list[LayerTrace]:
+    """Raw per-layer tensors (see ``LayerTrace``) of one probe pass. input_ids: [B, T]."""
+    traces: list[LayerTrace] = []
+
+    def emit(layer: int, name: str, x: Tensor) -> None:
+        setattr(traces[layer], name, x)
+
+    with _tapped(model, emit) as n_layers:
+        traces.extend(LayerTrace() for _ in range(n_layers))
+        _forward(model, input_ids)
+    return traces
+
+
+@torch.no_grad()
+def probe_hf_model(model: nn.Module, input_ids: Tensor) -> list[dict[str, float]]:
+    """One dict per layer (0 = embedding side) with ``layer`` and the SPEC §7 columns.
+
+    input_ids: [B, T] int64 on the model's device, equal-length sequences.
+    Columns: pr_q, pr_k, pr_q_minus_pr_k, qk_erank, attn_entropy, attn_top1,
+    attn_erank, logit_std. Each layer is reduced as soon as it is seen, so
+    only one layer's scores are held at a time.
+    """
+    rows: list[dict[str, float]] = []
+
+    def emit(layer: int, name: str, x: Tensor) -> None:
+        row = rows[layer]
+        if name == "scores":
+            row.update(attention_stats(x))
+        else:
+            row[f"pr_{name}"] = participation_ratio(x.reshape(-1, x.shape[-1])).item()
+
+    with _tapped(model, emit) as n_layers:
+        rows.extend({"layer": layer} for layer in range(n_layers))
+        _forward(model, input_ids)
+    for row in rows:
+        missing = {"pr_q", "pr_k", "logit_std"} - row.keys()
+        if missing:
+            raise RuntimeError(f"layer {row['layer']}: nothing captured for {sorted(missing)}")
+        row["pr_q_minus_pr_k"] = row["pr_q"] - row["pr_k"]
+    return [_ordered(row) for row in rows]
+
+
+_COLUMNS = (
+    "layer",
+    "pr_q",
+    "pr_k",
+    "pr_q_minus_pr_k",
+    "qk_erank",
+    "attn_entropy",
+    "attn_top1",
+    "attn_erank",
+    "logit_std",
+)
+
+
+def _ordered(row: dict[str, float]) -> dict[str, float]:
+    return {c: row[c] for c in _COLUMNS}

@@ -1,0 +1,219 @@
+"""metrics.hf_probe against an independent float64 reference built from the weights.
+
+For each architecture a tiny random model is perturbed (so LayerNorm gains and
+biases are not trivial), run once for its hidden states, and one layer's
+Q, K, rotary, scores and softmax are recomputed here in numpy float64 from the
+model's own weights: fused projections split by hand, rotary from the config.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+
+from metrics.hf_probe import SUPPORTED_MODEL_TYPES, probe_hf_model, trace_hf_model
+
+D, H, T, B, V = 32, 4, 16, 3, 100
+D_HEAD = D // H
+
+CONFIGS = {
+    # Stanford CRFM runs: per-layer scale 1/(sqrt(d_head)·(i+1)) and the upcast path.
+    "gpt2": lambda: tf.GPT2Config(
+        vocab_size=V, n_embd=D, n_layer=2, n_head=H, n_positions=64,
+        scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True,
+        bos_token_id=0, eos_token_id=0,
+    ),
+    # Pythia: fused QKV interleaved per head, partial rotary (25 % of d_head).
+    "gpt_neox": lambda: tf.GPTNeoXConfig(
+        vocab_size=V, hidden_size=D, num_hidden_layers=2, num_attention_heads=H,
+        intermediate_size=64, max_position_embeddings=64, rotary_pct=0.5,
+        bos_token_id=0, eos_token_id=0,
+    ),
+    # SmolLM2: grouped-query attention (4 query heads, 2 KV heads), RMSNorm.
+    "llama": lambda: tf.LlamaConfig(
+        vocab_size=V, hidden_size=D, num_hidden_layers=2, num_attention_heads=H,
+        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
+        bos_token_id=0, eos_token_id=0,
+    ),
+    # OLMo: parameter-free LayerNorm, clip_qkv clamping in place (set low to bite).
+    "olmo": lambda: tf.OlmoConfig(
+        vocab_size=V, hidden_size=D, num_hidden_layers=2, num_attention_heads=H,
+        intermediate_size=64, max_position_embeddings=64, clip_qkv=1.0,
+        bos_token_id=0, eos_token_id=0, pad_token_id=1,
+    ),
+}
+
+
+def tiny_model(kind: str, seed: int = 0) -> tf.PreTrainedModel:
+    """A random model whose every parameter is perturbed away from its init."""
+    torch.manual_seed(seed)
+    model = tf.AutoModelForCausalLM.from_config(CONFIGS[kind]()).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return model
+
+
+def _np(x: torch.Tensor) -> np.ndarray:
+    return x.detach().double().numpy()
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, eps: float) -> np.ndarray:
+    y = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+    return y * (1 if w is None else w) + (0 if b is None else b)
+
+
+def _rotary(x: np.ndarray, rot_dims: int, theta: float) -> np.ndarray:
+    """x: [B, T, heads, d_head]; rotate-half rotary on the first rot_dims dims."""
+    inv_freq = 1.0 / theta ** (np.arange(0, rot_dims, 2) / rot_dims)
+    ang = np.arange(x.shape[1])[:, None] * inv_freq[None]  # (T, rot/2)
+    cos = np.concatenate([np.cos(ang)] * 2, -1)[None, :, None]  # (1, T, 1, rot)
+    sin = np.concatenate([np.sin(ang)] * 2, -1)[None, :, None]
+    r, rest = x[..., :rot_dims], x[..., rot_dims:]
+    half = rot_dims // 2
+    rotated = np.concatenate([-r[..., half:], r[..., :half]], -1)
+    return np.concatenate([r * cos + rotated * sin, rest], -1)
+
+
+def reference(model: tf.PreTrainedModel, ids: torch.Tensor, layer: int) -> dict:
+    """Pre-rotary Q, K [B·T, ·], post-rotary scaled scores [B, H, T, T], all float64."""
+    cfg = model.config
+    with torch.no_grad():
+        hs = _np(model(ids, output_hidden_states=True).hidden_states[layer])  # (B, T, D)
+    kind = cfg.model_type
+    scale = D_HEAD**-0.5
+    rot_dims, theta = 0, 1.0
+    if kind == "gpt2":
+        blk = model.transformer.h[layer]
+        x = _layer_norm(hs, _np(blk.ln_1.weight), _np(blk.ln_1.bias), cfg.layer_norm_epsilon)
+        w, bias = _np(blk.attn.c_attn.weight), _np(blk.attn.c_attn.bias)  # Conv1D: [D, 3D]
+        q = x @ w[:, :D] + bias[:D]
+        k = x @ w[:, D : 2 * D] + bias[D : 2 * D]
+        scale /= layer + 1
+    elif kind == "gpt_neox":
+        blk = model.gpt_neox.layers[layer]
+        ln = blk.input_layernorm
+        x = _layer_norm(hs, _np(ln.weight), _np(ln.bias), cfg.layer_norm_eps)
+        w = _np(blk.attention.query_key_value.weight).reshape(H, 3, D_HEAD, D)  # per-head [q|k|v]
+        bias = _np(blk.attention.query_key_value.bias).reshape(H, 3, D_HEAD)
+        q = x @ w[:, 0].reshape(D, D).T + bias[:, 0].reshape(D)
+        k = x @ w[:, 1].reshape(D, D).T + bias[:, 1].reshape(D)
+        rot_dims = int(D_HEAD * cfg.rope_parameters["partial_rotary_factor"])
+        theta = cfg.rope_parameters["rope_theta"]
+    else:
+        blk = model.model.layers[layer]
+        if kind == "llama":
+            x = hs / np.sqrt((hs**2).mean(-1, keepdims=True) + cfg.rms_norm_eps)
+            x = x * _np(blk.input_layernorm.weight)
+        else:
+            x = _layer_norm(hs, None, None, 1e-5)
+        q = x @ _np(blk.self_attn.q_proj.weight).T
+        k = x @ _np(blk.self_attn.k_proj.weight).T
+        rot_dims, theta = D_HEAD, cfg.rope_parameters["rope_theta"]
+    q_pre, k_pre = q, k
+    if getattr(cfg, "clip_qkv", None) is not None:
+        q, k = np.clip(q, -cfg.clip_qkv, cfg.clip_qkv), np.clip(k, -cfg.clip_qkv, cfg.clip_qkv)
+    qh = q.reshape(B, T, H, D_HEAD)
+    kh = k.reshape(B, T, -1, D_HEAD)
+    if rot_dims:
+        qh, kh = _rotary(qh, rot_dims, theta), _rotary(kh, rot_dims, theta)
+    kh = np.repeat(kh, H // kh.shape[2], axis=2)  # KV head g serves query heads g·n_rep … (g+1)·n_rep−1
+    scores = np.einsum("bthd,bshd->bhts", qh, kh) * scale
+    return {"q": q_pre.reshape(B * T, -1), "k": k_pre.reshape(B * T, -1), "scores": scores}
+
+
+def _pr(x: np.ndarray) -> float:
+    lam = np.linalg.eigvalsh(np.cov(x, rowvar=False))
+    return lam.sum() ** 2 / (lam**2).sum()
+
+
+def _attention_reference(s: np.ndarray) -> dict[str, float]:
+    mask = np.tril(np.ones((T, T), dtype=bool))
+    z = np.where(mask, s, -np.inf)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ent = -np.where(p > 0, p * np.log(p), 0.0).sum(-1)
+    logit_std = np.array([[s[b, h][mask].std() for h in range(H)] for b in range(B)])
+    return {"attn_entropy": ent.mean(), "attn_top1": p.max(-1).mean(), "logit_std": logit_std.mean()}
+
+
+@pytest.fixture(scope="module")
+def ids() -> torch.Tensor:
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("kind", SUPPORTED_MODEL_TYPES)
+@pytest.mark.parametrize("layer", [0, 1])
+def test_probe_matches_float64_reference(kind: str, layer: int, ids: torch.Tensor) -> None:
+    model = tiny_model(kind)
+    ref = reference(model, ids, layer)
+    row = probe_hf_model(model, ids)[layer]
+    assert row["layer"] == layer
+    assert row["pr_q"] == pytest.approx(_pr(ref["q"]), rel=1e-5)
+    assert row["pr_k"] == pytest.approx(_pr(ref["k"]), rel=1e-5)
+    assert row["pr_q_minus_pr_k"] == pytest.approx(row["pr_q"] - row["pr_k"])
+    att = _attention_reference(ref["scores"])
+    assert row["attn_entropy"] == pytest.approx(att["attn_entropy"], rel=1e-5)
+    assert row["attn_top1"] == pytest.approx(att["attn_top1"], rel=1e-5)
+    assert row["logit_std"] == pytest.approx(att["logit_std"], rel=1e-5)
+    # The perturbed model attends far from uniformly, so these checks have teeth.
+    assert att["attn_top1"] > 0.3  # uniform causal attention would give 0.21
+
+
+@pytest.mark.parametrize("kind", SUPPORTED_MODEL_TYPES)
+def test_trace_tensors_match_reference(kind: str, ids: torch.Tensor) -> None:
+    model = tiny_model(kind, seed=3)
+    traces = trace_hf_model(model, ids)
+    assert len(traces) == 2
+    ref = reference(model, ids, 1)
+    tr = traces[1]
+    np.testing.assert_allclose(_np(tr.q).reshape(B * T, -1), ref["q"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_np(tr.k).reshape(B * T, -1), ref["k"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_np(tr.scores), ref["scores"], rtol=1e-4, atol=1e-4)
+    n_kv = model.config.num_key_value_heads if kind == "llama" else H
+    assert tr.k.shape == (B, T, n_kv * D_HEAD)  # PR_K is over the KV heads only
+
+
+def test_olmo_clip_is_applied_to_scores_not_to_captured_projection(ids: torch.Tensor) -> None:
+    model = tiny_model("olmo")
+    tr = trace_hf_model(model, ids)[0]
+    assert tr.q.abs().max() > model.config.clip_qkv  # the hook kept q_proj(x), cloned before the clamp
+
+
+@pytest.mark.parametrize("kind", SUPPORTED_MODEL_TYPES)
+def test_capture_leaves_model_output_and_state_unchanged(kind: str, ids: torch.Tensor) -> None:
+    model = tiny_model(kind)
+    model.set_attn_implementation("eager")
+    model.train()
+    with torch.no_grad():
+        eager = model.eval()(ids).logits
+    model.train()
+    probe_hf_model(model, ids)
+    assert model.training
+    assert model.config._attn_implementation == "eager"
+    for mod in model.modules():
+        assert not hasattr(mod, "_qkgeom_tap")
+        assert not mod._forward_hooks
+    # the capturing attention reproduces eager attention: same logits
+    model.set_attn_implementation("qkgeom_capture")
+    with torch.no_grad():
+        captured = model.eval()(ids).logits
+    torch.testing.assert_close(captured, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_unsupported_architecture_is_a_clear_error(ids: torch.Tensor) -> None:
+    cfg = tf.MistralConfig(
+        vocab_size=V, hidden_size=D, num_hidden_layers=1, num_attention_heads=H,
+        num_key_value_heads=H, intermediate_size=64,
+    )
+    model = tf.AutoModelForCausalLM.from_config(cfg)
+    with pytest.raises(ValueError, match="mistral"):
+        probe_hf_model(model, ids)
+    assert model.config._attn_implementation != "qkgeom_capture"
