@@ -1,0 +1,135 @@
+"""Timing helpers shared by the benchmarks.
+
+The machines these run on are shared and noisy, so every comparison runs its
+candidates side by side in one process, alternated round by round. The order
+within a round flips every other round (A B, B A, A B, …) so that neither
+side always runs first (on a loaded 2-core machine the first slot of a round
+was measurably slower or faster than the second). A two-sided ratio is the
+median over rounds of the per-round ratio (the two sides of a round ran
+seconds apart, under the same load); the ratio of the medians is reported too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from model.corpus import Corpus, load_corpus
+
+
+def set_threads(n: int) -> int:
+    """Set torch's intra-op threads (0 = leave the default); returns the count in effect."""
+    if n > 0:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
+def sync(device: torch.device | str | None = None) -> None:
+    """Wait for queued device work (no-op on the CPU)."""
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_once(fn: Callable[[], Any], device: torch.device | str | None = None) -> float:
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def alternate(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 1,
+              device: torch.device | str | None = None) -> dict[str, list[float]]:
+    """Time each callable ``rounds`` times, interleaved (A B, B A, A B, …) after ``warmup``
+    untimed calls each.
+
+    Returns name → list of wall-clock seconds, one per round (round order, whatever the slot).
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            times[name].append(time_once(fns[name], device))
+    return times
+
+
+def paired_ratio(num: list[float], den: list[float]) -> float:
+    """Median over rounds of ``num[i] / den[i]``."""
+    return statistics.median(n / d for n, d in zip(num, den, strict=True))
+
+
+def paired_spread(num: list[float], den: list[float]) -> tuple[float, float]:
+    """(25th, 75th) percentile of the per-round ratios ``num[i] / den[i]``: the noise."""
+    r = sorted(n / d for n, d in zip(num, den, strict=True))
+    if len(r) < 2:
+        return r[0], r[0]
+    q = statistics.quantiles(r, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def positive_finite(x: float) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+def machine() -> dict[str, Any]:
+    """Where a figure was measured: cores, load, versions, threads."""
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (float("nan"),) * 3
+    return {
+        "cpus": os.cpu_count(), "loadavg_1_5_15": [round(v, 2) for v in load],
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def bench_corpus(spec: str = "stdlib-docs", n_tokens: int = 2_000_000, seed: int = 0) -> Corpus:
+    """``stdlib-docs`` (or any spec ``load_corpus`` takes), or ``synthetic:V``: uniform random
+    ids over V symbols (no files; V = 1758 gives the paper model's embedding/head size)."""
+    if spec.startswith("synthetic:"):
+        vocab_size = int(spec.split(":", 1)[1])
+        rng = np.random.default_rng(seed)
+        ids = rng.integers(0, vocab_size, size=n_tokens, dtype=np.uint16)
+        cut = int(0.9 * n_tokens)
+        vocab = "".join(chr(0x100 + i) for i in range(vocab_size))
+        return Corpus(f"synthetic-{vocab_size}", vocab, ids[:cut], ids[cut:])
+    return load_corpus(spec)
+
+
+def fmt_s(x: float) -> str:
+    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def print_ratio(name: str, value: float, target: str) -> None:
+    """The last line of every benchmark."""
+    print(f"RATIO {name} = {value:.3f}   (target {target})")
+    sys.stdout.flush()
+
+
+def write_json(obj: Any, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+    return path

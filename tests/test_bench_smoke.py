@@ -1,0 +1,110 @@
+"""Every benchmark's entry point runs at a tiny size and returns its figures.
+
+No timing assertions: only that each ratio is a positive finite number and
+that the keys the results file and RESULTS.md rely on are there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One throw-away local cluster (2 CPUs, 1 logical GPU) for the benchmarks that use Ray."""
+    import ray
+
+    if ray.is_initialized():
+        yield ray
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # our own throw-away cluster only
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), old) if p)  # workers import bench
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def _check(out: dict, keys: set[str]) -> None:
+    missing = (keys | {"benchmark", "ratio", "target", "met", "machine", "results"}) - set(out)
+    assert not missing, missing
+    assert isinstance(out["ratio"], float) and math.isfinite(out["ratio"]) and out["ratio"] > 0
+    json.dumps(out, default=str)  # run_all writes it as JSON
+
+
+def test_train_step_tiny() -> None:
+    from bench import train_step
+
+    out = train_step.main(["--tiny"])
+    _check(out, {"ratio_geomean"})
+    (r,) = out["results"]
+    for key in ("trainer_tokens_per_s", "reference_tokens_per_s", "trainer_step_ms", "reference_step_ms"):
+        assert r[key] > 0, key
+
+
+def test_probe_cost_tiny() -> None:
+    from bench import probe_cost
+
+    out = probe_cost.main(["--tiny"])
+    _check(out, set())
+    (r,) = out["results"]
+    assert r["probe_in_steps"] > 0 and r["val_loss_in_steps"] > 0 and r["probe_rows"] == 2
+
+
+def test_reducer_scaling_tiny() -> None:
+    from bench import reducer_scaling
+
+    out = reducer_scaling.main(["--tiny"])
+    _check(out, {"time_at_smallest_s"})
+    assert [r["scale"] for r in out["results"]] == [1, 2]
+    for r in out["results"]:
+        assert r["report_median_s"] > 0 and r["layer_rows"] > 0
+        assert "peak_rss_delta_mb" in r and r["tracemalloc_peak_mb"] > 0
+
+
+@pytest.mark.ray
+def test_sweep_overhead_tiny(tmp_path: Path, ray_cluster) -> None:
+    from bench import sweep_overhead
+
+    out = sweep_overhead.main(["--tiny", "--workdir", str(tmp_path)])
+    _check(out, {"in_process", "ray_wall_s", "concurrency", "efficiency", "train_inflation"})
+    assert out["ray_statuses"] == ["completed"]
+    assert out["ray_wall_s"] > 0 and out["mean_trial_s"] > 0
+
+
+def test_gpu_script_dry_run_without_cuda(tmp_path: Path) -> None:
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "--dry-run"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if "no CUDA" in proc.stdout:
+        result = json.loads((tmp_path / "gpu_results.json").read_text())
+        assert result["cuda"] is False and result["measured"] is False
+
+
+@pytest.mark.ray
+def test_gpu_bench_parts_run_on_the_cpu(tmp_path: Path, ray_cluster) -> None:
+    """The GPU script's own parts, at a tiny size on the CPU: exercises its logic without a GPU."""
+    from bench import gpu_bench
+
+    out = gpu_bench.main(["--cpu-smoke", "--out", str(tmp_path)])
+    saved = json.loads((tmp_path / "gpu_results.json").read_text())
+    assert saved["parts"].keys() == out["parts"].keys()
+    for part in ("eager_vs_compile", "fp32_vs_bf16", "concurrent_trials", "probe_cost"):
+        assert part in out["parts"], part
+        assert "error" not in out["parts"][part], out["parts"][part]
