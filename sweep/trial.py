@@ -88,14 +88,18 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
                       preset.train_config(cell.seed, _device(options), options.get("compile", False)),
                       corpus, cell.init, cell.seed, intervention)
     checkpoint = tune.get_checkpoint()
+    restored_epoch = -1  # stored and reported already, with the checkpoint
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
             trainer.load_state_dict(torch.load(Path(d) / STATE_FILE, weights_only=False))
+        restored_epoch = trainer.epoch
     store = Store(options["store"])
     identity = cell.identity()
     every = options.get("checkpoint_every", 1)
 
     def on_epoch(report: EpochReport) -> None:
+        if report.epoch <= restored_epoch:  # Trainer.run re-measures epoch 0 when restored there
+            return
         if report.layers:
             store.write_layers([{**identity, "epoch": report.epoch, **row} for row in report.layers])
         store.write_epoch({**identity, "epoch": report.epoch, **report.run})
