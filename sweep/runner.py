@@ -21,7 +21,7 @@ import pandas as pd
 
 from model.corpus import Corpus, load_corpus
 from sweep.presets import Preset
-from sweep.store import Store, sweep_lock
+from sweep.store import Store, StoreError, sweep_lock
 
 
 def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
@@ -99,6 +99,11 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
     store_uri, storage = absolute_uri(args.store), absolute_uri(args.storage)
     store = Store(store_uri)
     store.check_writable()  # a clear error now rather than in every trial
+    if storage != store_uri:  # Tune's storage too, before Ray starts (a missing bucket, a typo)
+        try:
+            Store(storage).check_writable()
+        except StoreError as exc:
+            raise StoreError(f"Tune storage (--storage): {exc}") from None
     corpus = prepare_corpus(preset)
     print(f"[{name}] {len(cells)} trials ({preset.sweep}, preset {preset.name}); corpus {corpus.name}: "
           f"{corpus.vocab_size} symbols, {len(corpus.train):,} train tokens")
