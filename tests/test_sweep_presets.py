@@ -1,0 +1,274 @@
+"""Sweep presets and flags (SPEC §10), no Ray: shapes, overrides, identities, early errors.
+
+Bad input must fail with a message naming the value *before* Ray starts, so
+every error test also checks ``ray.is_initialized()`` afterwards.
+"""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from model.qk_init import QK_INITS
+from sweep import baseline, interventions
+from sweep.presets import (
+    ALL_CONDITIONS,
+    BASELINE_PRESETS,
+    INTERVENTION_PRESETS,
+    Cell,
+    Preset,
+    preset_from_args,
+)
+from sweep.store import StoreError
+
+ALL_PRESETS = [("baseline", n, p) for n, p in BASELINE_PRESETS.items()] + [
+    ("interventions", n, p) for n, p in INTERVENTION_PRESETS.items()]
+PRESET_IDS = [f"{kind}-{name}" for kind, name, _ in ALL_PRESETS]
+
+
+def baseline_preset(*argv: str) -> Preset:
+    return preset_from_args(baseline.parse(list(argv)), BASELINE_PRESETS)
+
+
+def interventions_preset(*argv: str) -> Preset:
+    return preset_from_args(interventions.parse(list(argv)), INTERVENTION_PRESETS)
+
+
+# --- shipped presets ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "name", "preset"), ALL_PRESETS, ids=PRESET_IDS)
+def test_every_shipped_preset_validates(kind, name, preset):
+    assert preset.name == name
+    assert preset.sweep == kind
+    Preset(**{k: getattr(preset, k) for k in preset.__dataclass_fields__})  # __post_init__ checks again
+    cells = preset.cells()
+    assert len(cells) == (len(preset.depths) * len(preset.inits) * len(preset.seeds)
+                          * len(preset.conditions))
+    for d in preset.depths:
+        cfg = preset.model_config(d, vocab_size=100)
+        assert cfg.n_layer == d
+    assert set(preset.inits) <= set(QK_INITS)
+    assert set(preset.conditions) <= set(ALL_CONDITIONS)
+
+
+def test_all_presets_exist():
+    assert set(BASELINE_PRESETS) == {"smoke", "demo", "paper"}
+    assert set(INTERVENTION_PRESETS) == {"smoke", "demo", "paper"}
+
+
+def test_baseline_paper_is_the_study():
+    p = BASELINE_PRESETS["paper"]
+    assert p.corpus == "wikitext103"
+    assert p.depths == (4, 6, 8)
+    assert set(p.inits) == set(QK_INITS) and len(p.inits) == 3
+    assert p.seeds == (37, 42, 105, 210)
+    assert p.epochs == 45
+    assert p.steps_per_epoch is None  # one pass over the training split per epoch
+    assert (p.batch_size, p.context, p.d_model, p.lr) == (64, 128, 256, 1e-4)
+    assert (p.n_head, p.d_mlp) == (4, 1024)
+    assert p.conditions == ("none",)
+    assert len(p.cells()) == 3 * 3 * 4
+    t = p.train_config(seed=37)
+    assert (t.lr, t.batch_size, t.epochs, t.steps_per_epoch) == (1e-4, 64, 45, None)
+    m = p.model_config(8, vocab_size=1758)
+    assert (m.n_layer, m.n_head, m.d_model, m.d_mlp, m.context) == (8, 4, 256, 1024, 128)
+
+
+def test_interventions_paper_is_the_study():
+    p = INTERVENTION_PRESETS["paper"]
+    assert p.corpus == "wikitext103"
+    assert p.depths == (8,)
+    assert p.inits == ("independent_xavier",)
+    assert p.seeds == (7, 37, 42, 105, 210)
+    assert p.epochs == 15
+    assert p.steps_per_epoch is None
+    assert (p.batch_size, p.context, p.d_model, p.lr) == (64, 128, 256, 1e-4)
+    assert len(p.conditions) == 6
+    assert set(p.conditions) == {"none", "forced_k_contraction", "k_spectrum_clamp", "freeze_k",
+                                 "freeze_q", "qk_align_reg"}
+    assert len(p.cells()) == 6 * 5
+
+
+@pytest.mark.parametrize("presets", [BASELINE_PRESETS, INTERVENTION_PRESETS], ids=["baseline", "interventions"])
+def test_demo_shape(presets):
+    p = presets["demo"]
+    assert p.corpus == "stdlib-docs"
+    assert (p.d_model, p.d_mlp, p.context, p.batch_size, p.lr) == (64, 256, 64, 16, 1e-3)
+    assert p.steps_per_epoch is not None and p.steps_per_epoch <= 60  # minutes on a laptop
+    assert 3 <= p.epochs <= 10
+    assert "1e-3" in p.note  # the raised learning rate is said out loud
+
+
+def test_demo_baseline_grid():
+    p = BASELINE_PRESETS["demo"]
+    assert p.depths == (4, 6, 8)
+    assert set(p.inits) == set(QK_INITS)
+    assert len(p.seeds) == 2
+
+
+@pytest.mark.parametrize("presets", [BASELINE_PRESETS, INTERVENTION_PRESETS], ids=["baseline", "interventions"])
+def test_smoke_is_small(presets):
+    p = presets["smoke"]
+    assert len(p.cells()) <= 6
+    assert p.epochs <= 3 and p.steps_per_epoch is not None and p.steps_per_epoch <= 5
+    assert p.d_model <= 32 and p.context <= 32
+
+
+def test_interventions_smoke_covers_every_condition():
+    assert set(INTERVENTION_PRESETS["smoke"].conditions) == set(ALL_CONDITIONS)
+
+
+# --- flags override the preset --------------------------------------------------
+
+
+def test_no_flags_give_the_preset_itself():
+    assert baseline_preset("--preset", "paper") == BASELINE_PRESETS["paper"]
+    assert interventions_preset("--preset", "smoke") == INTERVENTION_PRESETS["smoke"]
+
+
+def test_seeds_takes_the_first_n():
+    assert baseline_preset("--preset", "paper", "--seeds", "1").seeds == (37,)
+    assert baseline_preset("--preset", "paper", "--seeds", "3").seeds == (37, 42, 105)
+    assert interventions_preset("--preset", "paper", "--seeds", "2").seeds == (7, 37)
+
+
+def test_seed_list_and_grid_flags():
+    p = baseline_preset("--preset", "paper", "--seed-list", "1,2", "--depths", "2,3",
+                        "--inits", "qk_identical", "--epochs", "5", "--steps-per-epoch", "7",
+                        "--corpus", "stdlib-docs")
+    assert p.seeds == (1, 2)
+    assert p.depths == (2, 3)
+    assert p.inits == ("qk_identical",)
+    assert p.epochs == 5 and p.train_config(0).epochs == 5
+    assert p.steps_per_epoch == 7 and p.train_config(0).steps_per_epoch == 7
+    assert p.corpus == "stdlib-docs"
+    # the run shape stays the paper's
+    assert (p.d_model, p.batch_size, p.lr) == (256, 64, 1e-4)
+    assert len(p.cells()) == 2 * 1 * 2
+
+
+def test_conditions_flag():
+    p = interventions_preset("--preset", "smoke", "--conditions", "none,freeze_k")
+    assert p.conditions == ("none", "freeze_k")
+    assert {c.intervention for c in p.cells()} == {"none", "freeze_k"}
+
+
+# --- cells and run ids ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "name", "preset"), ALL_PRESETS, ids=PRESET_IDS)
+def test_cell_config_round_trip(kind, name, preset):
+    for cell in preset.cells():
+        config = cell.to_config()
+        back = Cell.from_config(config)
+        assert (back.init, back.depth, back.seed, back.intervention) == (
+            cell.init, cell.depth, cell.seed, cell.intervention)
+        assert back.run_id == cell.run_id
+        assert back.identity() == cell.identity()
+        assert back.to_config() == config
+        # the run shape survives, the grid collapses to the one cell
+        assert back.preset.model_config(cell.depth, 50) == preset.model_config(cell.depth, 50)
+        assert back.preset.train_config(cell.seed) == preset.train_config(cell.seed)
+        assert back.preset.cells() == [back]
+
+
+def _scalars(value) -> bool:
+    if isinstance(value, dict):
+        return all(_scalars(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_scalars(v) for v in value)
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def test_cell_config_is_plain_data():
+    for cell in BASELINE_PRESETS["paper"].cells():
+        assert _scalars(cell.to_config())
+
+
+def test_run_ids_stable_and_distinct():
+    every = [c for _, _, p in ALL_PRESETS for c in p.cells()]
+    ids = [c.run_id for c in every]
+    assert len(set(ids)) == len(ids)  # distinct across cells, presets and sweeps
+    again = [c.run_id for _, _, p in ALL_PRESETS for c in p.cells()]
+    assert again == ids
+    # derived from the identity alone: a differently built identical cell has the same id
+    p = BASELINE_PRESETS["paper"]
+    c = Cell(p, "qk_identical", 6, 42)
+    assert c.run_id == Cell(baseline_preset("--preset", "paper", "--seed-list", "42"), "qk_identical", 6, 42).run_id
+    assert c.run_id != Cell(p, "qk_identical", 6, 37).run_id
+    assert c.run_id != Cell(p, "qk_identical", 4, 42).run_id
+    assert c.run_id != Cell(p, "independent_xavier", 6, 42).run_id
+    assert c.identity()["run_id"] == c.run_id
+
+
+# --- bad input fails early, naming the value, before Ray ---------------------------
+
+
+@pytest.fixture
+def no_ray():
+    if ray.is_initialized():  # left over by another module: not what these tests are about
+        ray.shutdown()
+    yield
+    assert not ray.is_initialized(), "Ray started although the input was bad"
+
+
+def _store_args(tmp_path) -> list[str]:
+    return ["--store", str(tmp_path / "store"), "--storage", str(tmp_path / "ray")]
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--preset", "huge"], "huge"),
+    (["--preset", "smoke", "--inits", "orthogonal_magic"], "orthogonal_magic"),
+    (["--preset", "smoke", "--inits", ""], "empty"),
+    (["--preset", "smoke", "--depths", ""], "empty"),
+    (["--preset", "paper", "--seeds", "9"], "9"),
+    (["--preset", "paper", "--seeds", "0"], "0"),
+    (["--preset", "smoke", "--seeds", "1", "--seed-list", "1,2"], "--seed-list"),
+    (["--preset", "smoke", "--epochs", "0"], "0"),
+    (["--preset", "smoke", "--seed-list", "3,3"], "3"),
+], ids=["preset", "init", "empty-inits", "empty-depths", "seeds-9", "seeds-0", "seeds-and-list",
+        "epochs-0", "duplicate-seed"])
+def test_bad_grid_fails_before_ray(no_ray, tmp_path, argv, named):
+    with pytest.raises(SystemExit) as err:
+        baseline.main([*argv, *_store_args(tmp_path)])
+    message = str(err.value.code)
+    assert named in message
+    assert message.startswith("sweep.baseline:")
+    assert not (tmp_path / "ray").exists()
+
+
+def test_bad_condition_fails_before_ray(no_ray, tmp_path):
+    with pytest.raises(SystemExit, match="typo_cond"):
+        interventions.main(["--preset", "smoke", "--conditions", "none,typo_cond", *_store_args(tmp_path)])
+
+
+def test_bad_integer_flag_is_an_argparse_error(no_ray, tmp_path, capsys):
+    with pytest.raises(SystemExit) as err:
+        baseline.main(["--preset", "smoke", "--depths", "two", *_store_args(tmp_path)])
+    assert err.value.code == 2
+    assert "two" in capsys.readouterr().err
+
+
+def test_unknown_corpus_fails_before_ray(no_ray, tmp_path):
+    missing = str(tmp_path / "no-such-corpus.txt")
+    with pytest.raises((SystemExit, ValueError), match="no-such-corpus"):
+        baseline.main(["--preset", "smoke", "--corpus", missing, *_store_args(tmp_path)])
+    with pytest.raises((SystemExit, ValueError), match="tinyshakespeare"):
+        baseline.main(["--preset", "smoke", "--corpus", "tinyshakespeare", *_store_args(tmp_path)])
+
+
+def test_store_behind_a_file_fails_before_ray(no_ray, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file in the way")
+    store = blocker / "store"
+    with pytest.raises((SystemExit, StoreError, ValueError), match="not-a-dir"):
+        baseline.main(["--preset", "smoke", "--store", str(store), "--storage", str(tmp_path / "ray")])
+    assert blocker.read_text() == "a file in the way"
+
+
+def test_store_on_a_read_only_file_system_fails_before_ray(no_ray, tmp_path):
+    # /proc refuses new entries even to root (tests may run as root, where chmod protects nothing)
+    with pytest.raises((SystemExit, StoreError, ValueError), match="/proc/qkgeom-store"):
+        baseline.main(["--preset", "smoke", "--store", "/proc/qkgeom-store", "--storage", str(tmp_path / "ray")])
+

@@ -1,0 +1,357 @@
+"""Sweeps on real (local, throw-away) Ray clusters: retries, resume, several nodes, interventions, browse.
+
+Every test starts its own Ray with explicit ``num_cpus`` / logical ``num_gpus``
+(CPU torch: trials on a logical GPU fall back to the CPU) and shuts it down.
+The tests that share one single-node Ray use the module fixture ``local_ray``;
+the several-node test runs first, on its own ``ray.cluster_utils.Cluster``.
+Sweeps use the ``smoke`` preset, so trial start-up dominates the time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import ray
+from ray import tune
+
+from sweep import baseline, browse, interventions
+from sweep.compact import validate
+from sweep.presets import ALL_CONDITIONS, BASELINE_PRESETS
+from sweep.store import Store
+from sweep.trial import FAILURE_MARKER
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = BASELINE_PRESETS["smoke"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_test_env():
+    """Throw-away clusters on this machine: no token auth; no stray cluster address."""
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ.pop("RAY_ADDRESS", None)
+    if ray.is_initialized():
+        ray.shutdown()
+    yield
+    if ray.is_initialized():
+        ray.shutdown()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def dirs(tmp: Path, name: str) -> list[str]:
+    return ["--store", str(tmp / "store"), "--storage", str(tmp / "ray"), "--name", name]
+
+
+def assert_store_complete(store: Store, runs: int, epochs: int, layer_rows: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per (run, epoch) and (run, epoch, layer), epochs 0..epochs, every run completed."""
+    report = validate(store)
+    assert report.ok, str(report)
+    ep = store.read("epochs")
+    ly = store.read("layers")
+    assert ep["run_id"].nunique() == runs
+    assert len(ep) == runs * (epochs + 1)
+    for run, group in ep.groupby("run_id"):
+        assert sorted(group["epoch"]) == list(range(epochs + 1)), run
+        last = group.loc[group["epoch"] == epochs, "status"].item()
+        assert last == "completed", (run, last)
+    assert not ly.duplicated(["run_id", "epoch", "layer"]).any()
+    assert len(ly) == layer_rows
+    for (run, epoch), group in ly.groupby(["run_id", "epoch"]):
+        assert sorted(group["layer"]) == list(range(int(group["depth"].iloc[0]))), (run, epoch)
+    return ep, ly
+
+
+def files_mtimes(store_root: Path, run_ids) -> dict[str, int]:
+    out = {}
+    for table in ("layers", "epochs"):
+        for run in run_ids:
+            for f in sorted((store_root / table / run).iterdir()):
+                out[str(f)] = f.stat().st_mtime_ns
+    return out
+
+
+# --- several nodes on one machine (runs first: it needs its own cluster) --------------------
+
+
+@pytest.fixture
+def two_gpu_nodes():
+    """A CPU-only head (no trials) and two worker nodes with 4 CPUs and 1 logical GPU each."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=4, num_gpus=1) for _ in range(2)]
+    try:
+        ray.init(address=cluster.address)
+        cluster.wait_for_nodes()
+        yield cluster, workers
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_trials_spread_over_nodes_and_pack_four_per_gpu(two_gpu_nodes, tmp_path):
+    cluster, workers = two_gpu_nodes
+    assert ray.cluster_resources()["GPU"] == 2
+    # Placement, sampled from Ray while the sweep runs: free logical GPUs of the cluster.
+    free_gpu: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            free_gpu.append(ray.available_resources().get("GPU", 0.0))
+            stop.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        summary = baseline.main(["--preset", "smoke", "--inits", "independent_xavier,qk_identical",
+                                 "--depths", "1,2", "--seed-list", "1,2",
+                                 "--gpus-per-trial", "0.25", "--cpus-per-trial", "1",
+                                 *dirs(tmp_path, "nodes")])
+    finally:
+        stop.set()
+        sampler.join(timeout=10)
+    assert len(summary) == 8
+    assert (summary["status"] == "completed").all(), summary
+
+    results = tune.ExperimentAnalysis(str(tmp_path / "ray" / "nodes")).dataframe()
+    assert len(results) == 8
+    worker_ids = {w.node_id for w in workers}
+    used = set(results["node_id"])
+    assert used == worker_ids, "trials must land on both worker nodes and never on the CPU-only head"
+    assert set(results["gpu_ids"]) == {"0"}  # each trial saw its node's one (logical) GPU
+
+    # Packing criterion (placement, not timing): every trial asks for 0.25 GPU, the cluster
+    # has 2 GPUs. Had Ray placed at most one trial per GPU, at least 1.75 GPUs would always be
+    # free; a sample with no GPU free means 8 quarter-GPU trials held both GPUs at once: 4 per GPU.
+    assert free_gpu, "the placement sampler took no sample"
+    assert min(free_gpu) == pytest.approx(0.0), f"never more than {2 - min(free_gpu)} GPUs in use"
+    # Informational: concurrency from the trials' own clocks (start = last timestamp - total time).
+    spans = [(r.timestamp - r.time_total_s, r.timestamp) for r in results.itertuples()]
+    peak = max(sum(a <= t <= b for a, b in spans) for t, _ in spans)
+    print(f"\nmin free GPU {min(free_gpu)} over {len(free_gpu)} samples; peak concurrent trials "
+          f"(from result times) {peak}; trials per node {results['node_id'].value_counts().tolist()}")
+
+    assert_store_complete(Store(str(tmp_path / "store")), runs=8, epochs=SMOKE.epochs,
+                          layer_rows=4 * (SMOKE.epochs + 1) * (1 + 2))
+
+
+# --- one local Ray shared by the single-node tests -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def failed_once(local_ray, tmp_path_factory):
+    """A one-trial sweep whose worker is SIGKILLed once after epoch 1's rows are written."""
+    tmp = tmp_path_factory.mktemp("failure")
+    markers = tmp / "markers"
+    summary = baseline.main(["--preset", "smoke", "--inits", "independent_xavier", "--depths", "2",
+                             "--epochs", "3", "--fail-after-epoch", "1",
+                             "--failure-marker-dir", str(markers), *dirs(tmp, "failure")])
+    return tmp, markers, summary
+
+
+def test_injected_failure_is_retried_from_checkpoint(failed_once):
+    tmp, markers, summary = failed_once
+    assert list(markers.glob(f"*{FAILURE_MARKER}")), "the injected failure did not happen"
+    assert len(summary) == 1 and summary["status"].item() == "completed"
+    assert summary["epoch"].item() == 3
+
+    store = Store(str(tmp / "store"))
+    ep, ly = assert_store_complete(store, runs=1, epochs=3, layer_rows=(3 + 1) * 2)
+    assert set(ly["sweep"]) == {"baseline"} and set(ly["init"]) == {"independent_xavier"}
+
+    analysis = tune.ExperimentAnalysis(str(tmp / "ray" / "failure"))
+    (history,) = analysis.trial_dataframes.values()
+    # Epoch 1 was stored but never reported (the kill came before its checkpoint); the retry
+    # restored the epoch-0 checkpoint and reported epochs 1..3 once each: no epoch twice.
+    assert history["epoch"].tolist() == [0, 1, 2, 3]
+    assert history["iterations_since_restore"].iloc[-1] == 3  # resumed, not restarted from scratch
+
+
+def test_resume_flag_without_experiment_is_refused(local_ray, tmp_path):
+    with pytest.raises(SystemExit, match="no restorable experiment"):
+        baseline.main(["--preset", "smoke", "--resume", *dirs(tmp_path, "nothing-here")])
+
+
+def test_interventions_smoke(local_ray, tmp_path):
+    summary = interventions.main(["--preset", "smoke", "--seeds", "1", *dirs(tmp_path, "interventions")])
+    smoke = interventions.INTERVENTION_PRESETS["smoke"]
+    (depth,) = smoke.depths
+    assert len(summary) == 6 and (summary["status"] == "completed").all(), summary
+    assert set(summary["condition"]) == set(ALL_CONDITIONS)
+
+    store = Store(str(tmp_path / "store"))
+    ep, ly = assert_store_complete(store, runs=6, epochs=smoke.epochs,
+                                   layer_rows=6 * 1 * (smoke.epochs + 1) * depth)
+    assert set(ly["sweep"]) == {"interventions"} and set(ep["sweep"]) == {"interventions"}
+    assert set(ly["intervention"]) == set(ALL_CONDITIONS)
+    assert ly.groupby("intervention").size().to_dict() == {c: (smoke.epochs + 1) * depth for c in ALL_CONDITIONS}
+    assert set(ly["seed"]) == {smoke.seeds[0]}
+    assert store.read("layers", sweep="baseline").empty
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_browse_lists_trials_and_history(failed_once, capsys):
+    tmp, _, _ = failed_once
+    experiment = str(tmp / "ray" / "failure")
+    (trial_id,) = tune.ExperimentAnalysis(experiment).results_df.index
+
+    listing = _run("-m", "sweep.browse", experiment)
+    assert listing.returncode == 0, listing.stderr
+    assert "1 trials" in listing.stdout and "TERMINATED" in listing.stdout
+    assert trial_id in listing.stdout and "independent_xavier" in listing.stdout
+
+    browse.main([experiment, "--trial", trial_id])  # in-process: the CLI's start-up is tested above
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    header = next(r for r in rows if "epoch" in r)
+    col = header.index("epoch")
+    epochs = [int(r[col]) for r in rows[rows.index(header) + 1:] if len(r) == len(header) and r[col].isdigit()]
+    assert epochs == [0, 1, 2, 3], rows
+
+
+def test_browse_latest_and_unknown_trial(failed_once, capsys):
+    tmp, _, _ = failed_once
+    browse.main(["--storage", str(tmp / "ray")])  # default: the latest experiment under --storage
+    assert str(tmp / "ray" / "failure") in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no-such-trial"):
+        browse.main([str(tmp / "ray" / "failure"), "--trial", "no-such-trial"])
+    with pytest.raises(SystemExit, match="no Tune experiment"):
+        browse.main(["--storage", str(tmp / "nothing")])
+
+
+# --- the driver dies mid-sweep; --resume finishes it ------------------------------------------
+
+
+def _session_alive(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session ``sid``, from /proc.
+
+    The driver's local Ray (GCS, raylet, agents) shares the driver's process group;
+    Ray's worker processes get groups of their own but stay in the driver's session.
+    """
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, _ppid, _pgrp, session = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+        except OSError:
+            continue
+        if int(session) == sid and state != "Z":
+            alive.append(int(entry.name))
+    return alive
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    """SIGKILL the driver and everything of its local Ray (the driver leads its own session)."""
+    sid = proc.pid
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while (left := _session_alive(sid)) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+    assert not _session_alive(sid), "processes of the killed sweep survive"
+
+
+def _terminated(experiment: Path) -> set[tuple[str, int, int]]:
+    """(init, depth, seed) of the trials the experiment state records as TERMINATED."""
+    if not list(experiment.glob("experiment_state-*.json")):
+        return set()
+    quiet = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # trials without results yet: one warning per poll otherwise
+    try:
+        analysis = tune.ExperimentAnalysis(str(experiment))
+    except Exception:  # state being written: try again
+        return set()
+    finally:
+        quiet.setLevel(level)
+    return {(t.config["cell"]["init"], t.config["cell"]["depth"], t.config["cell"]["seed"])
+            for t in analysis.trials if t.status == "TERMINATED"}
+
+
+def test_driver_killed_then_resume(local_ray, tmp_path):
+    epochs, steps = 4, 40  # long enough a second trial to be caught running
+    argv = ["--preset", "smoke", "--depths", "1", "--epochs", str(epochs), "--steps-per-epoch", str(steps),
+            *dirs(tmp_path, "killed")]
+    store_root = tmp_path / "store"
+    experiment = tmp_path / "ray" / "killed"
+    log = open(tmp_path / "driver.log", "w")  # closed in the finally below
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen([sys.executable, "-m", "sweep.baseline", *argv, "--num-cpus", "1"],
+                            cwd=ROOT, env={**env, "RAY_AUTH_MODE": "disabled"}, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    store = Store(str(store_root))
+    cells = [c for c in SMOKE.cells() if c.depth == 1]  # two trials, one after the other
+    assert len(cells) == 2
+    finished: set[tuple[str, int, int]] = set()
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, "the sweep ended before it was interrupted:\n" + (
+                tmp_path / "driver.log").read_text()[-3000:]
+            done = set()
+            if (store_root / "epochs").exists():
+                ep = store.read("epochs", columns=["run_id", "status"])
+                done = set(ep.loc[ep["status"] == "completed", "run_id"])
+            if done:
+                finished = _terminated(experiment)
+                if finished:
+                    break
+            time.sleep(0.3)
+        else:
+            pytest.fail("no trial finished within 240 s:\n" + (tmp_path / "driver.log").read_text()[-3000:])
+    finally:
+        _kill_session(proc)
+        log.close()
+
+    ep = store.read("epochs")
+    completed_at_kill = set(ep.loc[ep["status"] == "completed", "run_id"])
+    assert len(completed_at_kill) < len(cells), "every run finished before the kill: nothing to resume"
+    finished_ids = {c.run_id for c in cells if (c.init, c.depth, c.seed) in finished}
+    assert finished_ids and finished_ids <= completed_at_kill
+    before = files_mtimes(store_root, finished_ids)
+    assert len(before) == 2 * len(finished_ids) * (epochs + 1)
+
+    with pytest.warns(UserWarning, match="looks live"):  # the dead driver's sweep lock
+        summary = baseline.main([*argv, "--resume"])
+    assert len(summary) == len(cells) and (summary["status"] == "completed").all(), summary
+    assert files_mtimes(store_root, finished_ids) == before, "finished runs were rerun"
+    layer_rows = sum((epochs + 1) * c.depth for c in cells)
+    assert_store_complete(store, runs=len(cells), epochs=epochs, layer_rows=layer_rows)
+    print(f"\nkilled with {len(finished_ids)} of {len(cells)} trials finished "
+          f"({len(completed_at_kill)} completed in the store)")
