@@ -104,6 +104,12 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
             Store(storage).check_writable()
         except StoreError as exc:
             raise StoreError(f"Tune storage (--storage): {exc}") from None
+    from ray import tune
+
+    path = f"{storage.rstrip('/')}/{name}"
+    restorable = tune.Tuner.can_restore(path)  # reads the experiment state; needs no Ray
+    if args.resume and not restorable:
+        raise SystemExit(f"--resume: no restorable experiment at {path}")
     corpus = prepare_corpus(preset)
     print(f"[{name}] {len(cells)} trials ({preset.sweep}, preset {preset.name}); corpus {corpus.name}: "
           f"{corpus.vocab_size} symbols, {len(corpus.train):,} train tokens")
@@ -111,7 +117,6 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
         print(f"[{name}] note: {preset.note}")
 
     import ray
-    from ray import tune
 
     started = init_ray(args.address, args.num_cpus)
     try:
@@ -121,7 +126,8 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
         options: dict[str, Any] = {
             "store": store_uri, "cpus_per_trial": args.cpus_per_trial, "compile": args.compile,
             "checkpoint_every": args.checkpoint_every, "fail_after_epoch": args.fail_after_epoch,
-            "failure_marker_dir": args.failure_marker_dir or str(Path(storage) / name / "_markers"),
+            # test-only; a local folder even when the storage is remote
+            "failure_marker_dir": args.failure_marker_dir or str(Path("runs/markers").resolve() / name),
         }
         from sweep.trial import train_cell
 
@@ -131,13 +137,10 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         # num_to_keep bounds disk use; the snapshots it forces are cheap next to an epoch.
         os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-        path = f"{storage.rstrip('/')}/{name}"
-        if tune.Tuner.can_restore(path):
+        if restorable:
             print(f"[{name}] resuming the experiment at {path}: finished trials are kept")
             tuner = tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
         else:
-            if args.resume:
-                raise SystemExit(f"--resume: no restorable experiment at {path}")
             tuner = tune.Tuner(
                 trainable,
                 param_space={"cell": tune.grid_search([c.to_config() for c in cells]), "options": options},
