@@ -50,20 +50,28 @@ def time_once(fn: Callable[[], Any], device: torch.device | str | None = None) -
 
 
 def alternate(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 1,
-              device: torch.device | str | None = None) -> dict[str, list[float]]:
+              device: torch.device | str | None = None,
+              cpu_times: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     """Time each callable ``rounds`` times, interleaved (A B, B A, A B, …) after ``warmup``
     untimed calls each.
 
     Returns name → list of wall-clock seconds, one per round (round order, whatever the slot).
+    If ``cpu_times`` is given it is filled the same way with this process's CPU seconds
+    (``time.process_time``), which other processes on a shared machine barely disturb.
     """
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
+    if cpu_times is not None:
+        cpu_times.update({name: [] for name in fns})
     names = list(fns)
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
+            c0 = time.process_time()
             times[name].append(time_once(fns[name], device))
+            if cpu_times is not None:
+                cpu_times[name].append(time.process_time() - c0)
     return times
 
 

@@ -136,7 +136,22 @@ def through_ray(argv: list[str], cpus_per_trial: int, num_cpus: int, workdir: Pa
     epochs = pd.read_parquet(workdir / "store" / "epochs")
     train_s = epochs.groupby("run_id")["wall_s"].max().to_dict()
     return {"wall_s": wall, "statuses": summary["status"].tolist(), "train_s": train_s,
-            "argv": full, "log": str(log)}
+            "tune_trials": tune_trial_times(workdir / "ray" / "bench"), "argv": full, "log": str(log)}
+
+
+def tune_trial_times(experiment: Path) -> list[dict[str, Any]]:
+    """Per trial, from Tune's result.json: time to the first report (trainable set-up, Trainer,
+    epoch-0 probe and validation, store write, checkpoint) and the trial's total time in the
+    trainable (Tune's ``time_total_s``)."""
+    import json
+
+    trials = []
+    for path in sorted(experiment.glob("*/result.json")):
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if lines:
+            trials.append({"trial": path.parent.name, "first_report_s": lines[0]["time_this_iter_s"],
+                           "time_total_s": lines[-1]["time_total_s"], "reports": len(lines)})
+    return trials
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -207,6 +222,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"ideal {ideal:.1f} s, Ray wall {ray['wall_s']:.1f} s; statuses {ray['statuses']}")
     print(f"  training time inside Ray trials / in-process: {train_inflation:.2f} "
           f"(> 1: the concurrent trials compete for cores)")
+    tt = ray["tune_trials"]
+    if tt:
+        out["ray_first_report_mean_s"] = sum(t["first_report_s"] for t in tt) / len(tt)
+        out["ray_trial_total_mean_s"] = sum(t["time_total_s"] for t in tt) / len(tt)
+        print(f"  inside Ray: mean trial time in the trainable {out['ray_trial_total_mean_s']:.1f} s, of which "
+              f"{out['ray_first_report_mean_s']:.1f} s to the first (epoch-0) report; the rest of the Ray "
+              f"wall is Ray start/stop, actor start-up and scheduling")
     if control:
         print(f"  control: the same trials in {concurrency} plain processes: {control['wall_s']:.1f} s "
               f"(efficiency {out['efficiency_plain_parallel']:.2f}); Ray wall / plain wall = "
