@@ -2,7 +2,7 @@
 
     python -m bench.run_all [--quick] [--only train_step,probe_cost,...] [--out runs/bench]
 
-``make bench`` runs this (about 8 minutes on 2 cores; ``--quick`` about 2).
+``make bench`` runs this (about 11 minutes on a shared 2-core VM; ``--quick`` about 2).
 Each benchmark prints its own figures and ends with a ``RATIO`` line; this
 driver prints a summary table at the end and writes
 ``<out>/cpu_results.json`` (``<out>/cpu_results_quick.json`` with --quick).
