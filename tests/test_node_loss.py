@@ -1,0 +1,80 @@
+"""A worker node lost mid-sweep (spot preemption): its trials restart on the surviving
+node from their last checkpoints and the store ends with exactly one row per key."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import ray
+from ray import tune
+from test_sweep_ray import SMOKE, assert_store_complete, dirs
+
+from sweep import baseline
+from sweep.store import Store
+
+pytestmark = pytest.mark.ray
+
+EPOCHS = 6
+
+
+@pytest.fixture
+def two_nodes():
+    from ray.cluster_utils import Cluster
+
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False,
+        # detect the lost node within seconds rather than the default ~30 s
+        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}})
+    workers = [cluster.add_node(num_cpus=2) for _ in range(2)]
+    try:
+        ray.init(address=cluster.address)
+        cluster.wait_for_nodes()
+        yield cluster, workers
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved
+
+
+def test_worker_node_removed_mid_sweep(two_nodes, tmp_path):
+    cluster, workers = two_nodes
+    store = Store(str(tmp_path / "store"))
+    argv = ["--preset", "smoke", "--inits", "independent_xavier,qk_identical", "--depths", "2",
+            "--seed-list", "1,2", "--epochs", str(EPOCHS), "--steps-per-epoch", "20",
+            "--cpus-per-trial", "1", "--max-failures", "3", *dirs(tmp_path, "nodeloss")]
+    out: dict = {}
+    driver = threading.Thread(target=lambda: out.update(summary=baseline.main(argv)), daemon=True)
+    driver.start()
+    # Wait until every trial has checkpointed past epoch 1, then lose the second worker.
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        ep = store.read("epochs")
+        if len(ep) and ep["run_id"].nunique() == 4 and ep.groupby("run_id")["epoch"].max().min() >= 2:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("trials did not get going")
+    cluster.remove_node(workers[1])
+    driver.join(timeout=300)
+    assert not driver.is_alive(), "the sweep did not finish after the node was lost"
+    summary = out["summary"]
+    assert (summary["status"] == "completed").all(), summary
+
+    results = tune.ExperimentAnalysis(str(tmp_path / "ray" / "nodeloss")).dataframe()
+    survivor = workers[0].node_id
+    assert set(results["node_id"]) == {survivor}, "every trial must end on the surviving node"
+    # Trials that were on the lost node resumed from a checkpoint: fewer iterations since the
+    # restore than results in total (a restart from scratch would report every epoch again).
+    restored = results[results["iterations_since_restore"] < results["training_iteration"]]
+    assert len(restored) >= 1, results[["trial_id", "training_iteration", "iterations_since_restore"]]
+    assert_store_complete(store, runs=4, epochs=EPOCHS, layer_rows=4 * (EPOCHS + 1) * 2)
