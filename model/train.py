@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from metrics.probe import probe_layers
 from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, load_corpus, probe_batch

@@ -19,7 +19,7 @@ replace the revision's file, so a retried revision never duplicates rows.
 Rerunning skips revisions whose rows are ``ok`` (``--force`` redoes them);
 failed revisions are tried again.
 
-Probe text: the same fixed windows for every revision (``probe_windows``):
+Probe text: the same fixed windows for every revision (``sweep.revision_probe.probe_windows``):
 ``--n-seqs`` sequences of ``--seq-len`` tokens in the model's native
 tokenizer, one starting at each of ``--n-seqs`` evenly spaced character
 offsets of the text (default: the embedded ``stdlib-docs`` corpus), without
@@ -29,7 +29,6 @@ special tokens, at positions 0..T−1.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 import time
@@ -50,38 +49,17 @@ from sweep.checkpoint_series import (
     load_manifest,
     write_manifest,
 )
-from sweep.schema import CHECKPOINT_METRICS, SCHEMA_VERSION
+from sweep.revision_probe import (
+    Job,
+    ProbeSettings,
+    checkpoint_rows,
+    jobs_from_manifest,
+    probe_revision,
+)
 from sweep.store import Store, sweep_lock
 
-#: Files a revision needs: weights (safetensors when the revision has them), config, tokenizer.
-CONFIG_PATTERNS = ["*.json", "*.txt", "*.model", "*.tiktoken"]
 #: Ray's own retries of a task whose actor died (bounded: see the module docstring).
 TASK_RETRIES = 2
-FETCH_RETRIES = 3
-
-
-@dataclass(frozen=True)
-class Job:
-    """One revision to probe; ``progress`` is tokens (or steps) scaled to [0, 1] within its series."""
-
-    series: str
-    revision: str
-    repo: str | None
-    path: str | None
-    step: int | None
-    tokens: int | None
-    progress: float | None
-
-
-@dataclass(frozen=True)
-class ProbeSettings:
-    """What every actor needs: the store, the probe batch shape and the hub cache."""
-
-    store: str
-    n_seqs: int = 16
-    seq_len: int = 128
-    hf_cache: str | None = None  # None = huggingface_hub's default cache, shared by a node's actors
-    threads: int = 1
 
 
 @dataclass
@@ -100,38 +78,6 @@ def absolute_uri(uri: str) -> str:
     return uri if "://" in uri else str(Path(uri).resolve())
 
 
-class RevisionError(RuntimeError):
-    """A revision cannot be probed (missing path or revision, unsupported model, …)."""
-
-
-# --- jobs from a manifest -------------------------------------------------------------------
-
-
-def jobs_from_manifest(manifest: Manifest) -> list[Job]:
-    """One job per revision; progress = tokens / max tokens of the series in the manifest.
-
-    A series without tokens falls back to step / max step (equal when tokens per
-    step is constant). A revision with neither is at progress 1.0 if it is the
-    series' only revision and named ``main`` (an endpoint), else null.
-    """
-    jobs = []
-    for s in manifest.series:
-        max_tokens = max((r.tokens for r in s.revisions if r.tokens is not None), default=None)
-        max_step = max((r.step for r in s.revisions if r.step is not None), default=None)
-        for r in s.revisions:
-            progress = None
-            if r.tokens is not None and max_tokens:
-                progress = r.tokens / max_tokens
-            elif r.tokens is not None and max_tokens == 0:
-                progress = 0.0
-            elif r.step is not None and max_step:
-                progress = r.step / max_step
-            elif r.revision == "main" and len(s.revisions) == 1:
-                progress = 1.0
-            jobs.append(Job(s.name, r.revision, r.repo, r.path, r.step, r.tokens, progress))
-    return jobs
-
-
 def done_revisions(store: Store) -> set[tuple[str, str]]:
     """(series, revision) pairs whose rows in the store have status ok."""
     df = store.read("checkpoints", columns=["series", "revision", "status"])
@@ -139,133 +85,7 @@ def done_revisions(store: Store) -> set[tuple[str, str]]:
     return set(zip(ok["series"], ok["revision"], strict=True))
 
 
-# --- what one actor does --------------------------------------------------------------------
-
-
-def probe_windows(tokenizer: Any, text: str, n_seqs: int, seq_len: int) -> torch.Tensor:
-    """[n_seqs, seq_len] int64 token ids: sequence i is the first ``seq_len`` tokens of the
-    i-th of ``n_seqs`` equal character slices of ``text`` (no special tokens)."""
-    if n_seqs < 1 or seq_len < 2:
-        raise ValueError(f"need n_seqs >= 1 and seq_len >= 2, got {n_seqs}, {seq_len}")
-    width = len(text) // n_seqs
-    rows = []
-    for i in range(n_seqs):
-        start, end = i * width, (i + 1) * width
-        span = min(width, 8 * seq_len)
-        while True:
-            ids = tokenizer(text[start : start + span], add_special_tokens=False)["input_ids"]
-            if len(ids) >= seq_len or start + span >= end:
-                break
-            span = min(2 * span, end - start)
-        if len(ids) < seq_len:
-            raise ValueError(
-                f"probe text too short: slice {i} of {n_seqs} ({width} characters) gives "
-                f"{len(ids)} < seq_len={seq_len} tokens"
-            )
-        rows.append(ids[:seq_len])
-    return torch.tensor(rows, dtype=torch.long)
-
-
-def fetch_revision(repo: str, revision: str, cache_dir: str | None, retries: int = FETCH_RETRIES) -> str:
-    """Download one revision's weights, config and tokenizer; return the local snapshot folder.
-
-    Safetensors are fetched when the revision has them, else ``*.bin``. A missing
-    repository or revision is a ``RevisionError`` at once; network errors are retried.
-    """
-    from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        GatedRepoError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    last: Exception | None = None
-    for attempt in range(retries):
-        try:
-            files = HfApi().list_repo_files(repo, revision=revision)
-            weights = ["*.safetensors"] if any(f.endswith(".safetensors") for f in files) else ["*.bin"]
-            return snapshot_download(
-                repo, revision=revision, cache_dir=cache_dir, allow_patterns=weights + CONFIG_PATTERNS
-            )
-        except RevisionNotFoundError:
-            raise RevisionError(f"revision {revision!r} does not exist in {repo}") from None
-        except (RepositoryNotFoundError, GatedRepoError) as exc:
-            raise RevisionError(f"repository {repo} is not available: {type(exc).__name__}") from None
-        except EntryNotFoundError as exc:
-            raise RevisionError(f"{repo}@{revision}: {exc}") from None
-        except Exception as exc:  # network trouble: back off and retry
-            last = exc
-            if attempt + 1 < retries:
-                time.sleep(2.0 * 2**attempt)
-    raise RevisionError(f"could not fetch {repo}@{revision} after {retries} tries: {last}")
-
-
-def model_dir(job: Job, settings: ProbeSettings) -> str:
-    """Local folder of the job's model: its ``path``, or a hub snapshot."""
-    if job.path is not None:
-        if not Path(job.path).is_dir():
-            raise RevisionError(f"local path does not exist: {job.path}")
-        return job.path
-    if job.repo is None:
-        raise RevisionError("revision has neither repo nor path")
-    return fetch_revision(job.repo, job.revision, settings.hf_cache)
-
-
-def load_tokenizer(folder: str, job: Job, settings: ProbeSettings) -> Any:
-    """The revision's own tokenizer, else (hub revisions only) the repository's ``main`` one."""
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(folder)
-    except (OSError, ValueError, TypeError) as exc:
-        if job.repo is None or job.revision == "main":
-            raise RevisionError(f"no tokenizer in {folder}: {exc}") from None
-    return AutoTokenizer.from_pretrained(fetch_revision(job.repo, "main", settings.hf_cache))
-
-
-def checkpoint_rows(job: Job, layers: list[dict[str, float]] | None, reason: str | None = None) -> list[dict]:
-    """Rows of the ``checkpoints`` table for one revision: per layer, or one failed row."""
-    base = {
-        "series": job.series, "repo": job.repo, "revision": job.revision, "step": job.step,
-        "tokens": job.tokens, "progress": job.progress,
-    }
-    tail = {"schema_version": SCHEMA_VERSION}
-    if layers is None:
-        return [{**base, "layer": None, **dict.fromkeys(CHECKPOINT_METRICS), "status": "failed",
-                 "reason": reason, **tail}]
-    return [
-        {**base, "layer": int(row["layer"]), **{c: float(row[c]) for c in CHECKPOINT_METRICS},
-         "status": "ok", "reason": None, **tail}
-        for row in layers
-    ]
-
-
-def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.device) -> list[dict[str, float]]:
-    """Fetch (or open), load, tokenize and probe one revision; free the model afterwards."""
-    from transformers import AutoModelForCausalLM
-
-    from metrics.hf_probe import SUPPORTED_MODEL_TYPES, probe_hf_model
-
-    folder = model_dir(job, settings)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = None
-    try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
-        if model.config.model_type not in SUPPORTED_MODEL_TYPES:
-            raise RevisionError(f"model_type {model.config.model_type!r} is not supported")
-        limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
-        if limit is not None and settings.seq_len > limit:
-            raise RevisionError(f"seq_len {settings.seq_len} exceeds the model's {limit} positions")
-        tokenizer = load_tokenizer(folder, job, settings)
-        ids = probe_windows(tokenizer, text, settings.n_seqs, settings.seq_len).to(device)
-        model.to(device)
-        return probe_hf_model(model, ids)
-    finally:
-        del model
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+# --- the probe actor ----------------------------------------------------------------------
 
 
 @ray.remote(max_restarts=-1, max_task_retries=TASK_RETRIES)

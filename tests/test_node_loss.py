@@ -10,7 +10,7 @@ import time
 import pytest
 import ray
 from ray import tune
-from test_sweep_ray import SMOKE, assert_store_complete, dirs
+from test_sweep_ray import assert_store_complete, dirs
 
 from sweep import baseline
 from sweep.store import Store
