@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,8 @@ import pandas as pd
 
 from metrics import stats as st
 from sweep import tables as tb
-from sweep.schema import SCHEMAS, TABLES
+from sweep.schema import TABLES
+from sweep.store import Store
 
 FIGURE_CAPTIONS = {
     "fig1_alignment": "Figure 1 — layer-mean Q/K alignment per init (mean ± sd over seeds), one panel per depth",
@@ -49,54 +49,15 @@ FIGURE_SECTION = {
 # ----------------------------------------------------------------------------
 
 
-def _empty(table: str) -> pd.DataFrame:
-    return SCHEMAS[table].empty_table().to_pandas()
+def load_tables(root: str | os.PathLike) -> dict[str, pd.DataFrame]:
+    """The store's three tables as DataFrames, each with its schema's columns (empty if absent).
 
-
-def _read_parquet_dir(root: str, table: str) -> pd.DataFrame:
-    path = f"{str(root).rstrip('/')}/{table}"
-    if "://" not in path and not os.path.isdir(path):
-        return _empty(table)
-    try:
-        return pd.read_parquet(path, schema=SCHEMAS[table])
-    except (FileNotFoundError, OSError, ValueError) as exc:  # no files yet, or unreadable
-        print(f"sweep.report: could not read {path}: {exc}", file=sys.stderr)
-        return _empty(table)
-
-
-def load_tables(root) -> dict[str, pd.DataFrame]:
-    """The store's three tables as DataFrames (an empty frame with the schema's columns if absent).
-
-    Uses ``sweep.store.Store(root).read(table)`` when that module exists and
-    falls back to ``pandas.read_parquet(f"{root}/{table}")``.
+    Reads through ``Store``, not a bare ``pandas.read_parquet``: that skips a
+    corrupt file with a warning and does not count rows twice while a compaction
+    is half done (SPEC §6).
     """
-    try:
-        from sweep.store import Store
-    except ImportError:
-        Store = None
-    store = None
-    if Store is not None:
-        try:
-            store = Store(str(root))
-        except Exception as exc:  # noqa: BLE001 - fall back to plain Parquet reads
-            print(f"sweep.report: Store({root!r}) failed ({exc}); reading Parquet", file=sys.stderr)
-    out = {}
-    for t in TABLES:
-        df = None
-        if store is not None:
-            try:
-                df = store.read(t)
-            except Exception as exc:  # noqa: BLE001
-                print(
-                    f"sweep.report: Store.read({t!r}) failed ({exc}); reading Parquet",
-                    file=sys.stderr,
-                )
-        if df is None:
-            df = _read_parquet_dir(str(root), t)
-        if df.empty and len(df.columns) == 0:
-            df = _empty(t)
-        out[t] = df
-    return out
+    store = Store(str(root))
+    return {t: store.read(t) for t in TABLES}
 
 
 # ----------------------------------------------------------------------------

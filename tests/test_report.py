@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -12,11 +11,7 @@ import pytest
 
 from sweep import report, tables
 from sweep.schema import SCHEMAS
-
-try:
-    from tests.synthetic import make_synthetic_store, write_store
-except ImportError:  # tests/ on sys.path instead of the repo root
-    from synthetic import make_synthetic_store, write_store
+from tests.synthetic import make_synthetic_store, write_store
 
 ALL_TABLES = (
     "table3_alignment",
@@ -249,10 +244,9 @@ def test_mixed_presets_and_preset_filter(tmp_path):
     assert s2["provenance"]["sweeps"]["baseline"]["n_runs"] == 9
 
 
-def test_load_tables_parquet_fallback(tmp_path, monkeypatch):
+def test_load_tables_reads_the_store(tmp_path):
     tb = make_synthetic_store(n_seeds=1, depths=(4,), epochs=2, iv_epochs=2)
     write_store(tb, tmp_path)
-    monkeypatch.setitem(sys.modules, "sweep.store", None)  # import fails -> Parquet fallback
     got = report.load_tables(tmp_path)
     for t in ("layers", "epochs", "checkpoints"):
         assert list(got[t].columns) == SCHEMAS[t].names

@@ -11,21 +11,12 @@ import pytest
 from scipy import stats as sps
 
 from metrics import stats as st
-
-try:
-    from tests.synthetic import (
-        Planted,
-        expected_checkpoints,
-        expected_slope_counts,
-        make_synthetic_store,
-    )
-except ImportError:  # tests/ on sys.path instead of the repo root
-    from synthetic import (
-        Planted,
-        expected_checkpoints,
-        expected_slope_counts,
-        make_synthetic_store,
-    )
+from tests.synthetic import (
+    Planted,
+    expected_checkpoints,
+    expected_slope_counts,
+    make_synthetic_store,
+)
 
 
 @pytest.fixture(scope="module")
