@@ -305,7 +305,7 @@ def _terminated(experiment: Path) -> set[tuple[str, int, int]]:
 
 
 def test_driver_killed_then_resume(local_ray, tmp_path):
-    epochs, steps = 4, 40  # long enough a second trial to be caught running
+    epochs, steps = 4, 120  # long enough for the second trial to be caught running
     argv = ["--preset", "smoke", "--depths", "1", "--epochs", str(epochs), "--steps-per-epoch", str(steps),
             *dirs(tmp_path, "killed")]
     store_root = tmp_path / "store"
@@ -313,7 +313,10 @@ def test_driver_killed_then_resume(local_ray, tmp_path):
     log = open(tmp_path / "driver.log", "w")  # closed in the finally below
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen([sys.executable, "-m", "sweep.baseline", *argv, "--num-cpus", "1"],
-                            cwd=ROOT, env={**env, "RAY_AUTH_MODE": "disabled"}, stdout=log,
+                            cwd=ROOT, stdout=log,
+                            # experiment state every second, not Tune's "auto" (>= 10 s): the kill
+                            # must come while the second trial still runs
+                            env={**env, "RAY_AUTH_MODE": "disabled", "TUNE_GLOBAL_CHECKPOINT_S": "1"},
                             stderr=subprocess.STDOUT, start_new_session=True)
     store = Store(str(store_root))
     cells = [c for c in SMOKE.cells() if c.depth == 1]  # two trials, one after the other
