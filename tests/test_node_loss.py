@@ -3,14 +3,17 @@ node from their last checkpoints and the store ends with exactly one row per key
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import pytest
-import ray
 from ray import tune
-from test_sweep_ray import assert_store_complete, dirs
+from test_sweep_ray import (  # noqa: F401 - ray_test_env: the autouse env fixture applies here too
+    assert_store_complete,
+    dirs,
+    ray_test_env,
+    worker_cluster,
+)
 
 from sweep import baseline
 from sweep.store import Store
@@ -22,28 +25,10 @@ EPOCHS = 10
 
 @pytest.fixture
 def two_nodes():
-    from ray.cluster_utils import Cluster
-
-    saved = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False,
-        # detect the lost node within seconds rather than the default ~30 s
-        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}})
-    workers = [cluster.add_node(num_cpus=2) for _ in range(2)]
-    try:
-        ray.init(address=cluster.address)
-        cluster.wait_for_nodes()
-        yield cluster, workers
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = saved
+    # detect the lost node within seconds rather than the default ~30 s
+    fast_health_check = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
+    with worker_cluster(2, fast_health_check, num_cpus=2) as nodes:
+        yield nodes
 
 
 def test_worker_node_removed_mid_sweep(two_nodes, tmp_path):

@@ -9,6 +9,7 @@ Sweeps use the ``smoke`` preset, so trial start-up dominates the time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -88,13 +89,16 @@ def files_mtimes(store_root: Path, run_ids) -> dict[str, int]:
 # --- several nodes on one machine (runs first: it needs its own cluster) --------------------
 
 
-@pytest.fixture
-def two_gpu_nodes():
-    """A CPU-only head (no trials) and two worker nodes with 4 CPUs and 1 logical GPU each."""
+@contextlib.contextmanager
+def worker_cluster(n_workers: int, system_config: dict | None = None, **worker_resources):
+    """A CPU-only head (no trials) and ``n_workers`` nodes with ``worker_resources``; Ray connected."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    workers = [cluster.add_node(num_cpus=4, num_gpus=1) for _ in range(2)]
+    head = {"num_cpus": 0, "include_dashboard": False}
+    if system_config:
+        head["_system_config"] = system_config
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    workers = [cluster.add_node(**worker_resources) for _ in range(n_workers)]
     try:
         ray.init(address=cluster.address)
         cluster.wait_for_nodes()
@@ -102,6 +106,13 @@ def two_gpu_nodes():
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture
+def two_gpu_nodes():
+    """Two worker nodes with 4 CPUs and 1 logical GPU each."""
+    with worker_cluster(2, num_cpus=4, num_gpus=1) as nodes:
+        yield nodes
 
 
 def test_trials_spread_over_nodes_and_pack_four_per_gpu(two_gpu_nodes, tmp_path):
