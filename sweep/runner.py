@@ -70,12 +70,13 @@ def init_ray(address: str | None, num_cpus: int | None) -> bool:
 
 
 def _reporter(preset: Preset):
-    from ray import tune
-
     cell = {"cell/init": "init", "cell/depth": "depth", "cell/seed": "seed"}
     if len(preset.conditions) > 1 or preset.conditions != ("none",):
         cell = {"cell/intervention": "condition", **cell}
-    return tune.CLIReporter(
+    from sweep.progress import EtaReporter
+
+    return EtaReporter(
+        epochs_per_trial=preset.epochs, n_trials=len(preset.cells()),
         parameter_columns=cell, max_column_length=24,
         metric_columns={"epoch": "epoch", "val_loss": "val loss", "qk_alignment": "align",
                         "attn_entropy": "entropy", "status": "status"},

@@ -1,0 +1,57 @@
+"""Tune's progress table plus one line of elapsed and remaining time.
+
+The estimate counts epochs: every trial of a sweep has the same schedule, so
+``done / total`` epochs over the elapsed time gives the rate. Epoch 0 (the
+probe at initialisation) costs almost nothing and is not counted.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ray import tune
+
+
+def format_duration(seconds: float) -> str:
+    """``75`` → ``1 min 15 s``; ``3725`` → ``1 h 02 min``."""
+    seconds = max(0, int(round(seconds)))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    if h:
+        return f"{h} h {m:02d} min"
+    return f"{m} min {s:02d} s" if m else f"{s} s"
+
+
+def eta_line(epochs_done: int, epochs_total: int, elapsed: float, epochs_at_start: int = 0) -> str:
+    """``elapsed 2 min 10 s · 120/720 epochs · about 10 min 50 s left``.
+
+    The rate counts only epochs trained since ``elapsed`` began (a resumed
+    sweep starts with ``epochs_at_start`` already done); no estimate before one.
+    """
+    head = f"elapsed {format_duration(elapsed)} · {epochs_done}/{epochs_total} epochs"
+    new = epochs_done - epochs_at_start
+    if new <= 0 or elapsed <= 0:
+        return f"{head} · remaining time: after the first epoch"
+    left = elapsed * (epochs_total - epochs_done) / new
+    return f"{head} · about {format_duration(left)} left"
+
+
+class EtaReporter(tune.CLIReporter):
+    """A ``CLIReporter`` whose every report ends with :func:`eta_line`."""
+
+    def __init__(self, *args, epochs_per_trial: int, n_trials: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._epochs_total = epochs_per_trial * n_trials
+        self._epochs_per_trial = epochs_per_trial
+        self._t0 = time.monotonic()
+        self._at_start: int | None = None
+
+    def report(self, trials, done: bool, *sys_info: str) -> None:
+        super().report(trials, done, *sys_info)
+        finished = ("TERMINATED",)
+        epochs = sum(self._epochs_per_trial if t.status in finished
+                     else int((t.last_result or {}).get("epoch") or 0) for t in trials)
+        epochs = min(epochs, self._epochs_total)
+        if self._at_start is None:
+            self._at_start = epochs
+        self._print(eta_line(epochs, self._epochs_total, time.monotonic() - self._t0, self._at_start))
