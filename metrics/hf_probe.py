@@ -49,6 +49,9 @@ from metrics.spectra import participation_ratio
 
 CAPTURE_IMPLEMENTATION = "qkgeom_capture"
 
+#: The probe computes in float32 on every device (SPEC §7) and records it in each row.
+PROBE_DTYPE = torch.float32
+
 #: Architectures (``config.model_type``) the probe knows how to split.
 SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neox", "llama", "olmo")
 
@@ -248,9 +251,15 @@ def probe_hf_model(model: nn.Module, input_ids: Tensor) -> list[dict[str, float]
 
     input_ids: [B, T] int64 on the model's device, equal-length sequences.
     Columns: pr_q, pr_k, pr_q_minus_pr_k, qk_erank, attn_entropy, attn_top1,
-    attn_erank, logit_std. Each layer is reduced as soon as it is seen, so
-    only one layer's scores are held at a time.
+    attn_erank, logit_std, and ``dtype`` (the dtype the pass ran in: always
+    "float32"). A model whose floating parameters are not float32 is cast to
+    float32 in place first (load float32 weights to avoid a bf16 round trip).
+    Each layer is reduced as soon as it is seen, so only one layer's scores are
+    held at a time.
     """
+    if any(p.is_floating_point() and p.dtype != PROBE_DTYPE for p in model.parameters()):
+        model.to(PROBE_DTYPE)
+    dtype = str(PROBE_DTYPE).removeprefix("torch.")
     rows: list[dict[str, float]] = []
 
     def emit(layer: int, name: str, x: Tensor) -> None:
@@ -268,6 +277,7 @@ def probe_hf_model(model: nn.Module, input_ids: Tensor) -> list[dict[str, float]
         if missing:
             raise RuntimeError(f"layer {row['layer']}: nothing captured for {sorted(missing)}")
         row["pr_q_minus_pr_k"] = row["pr_q"] - row["pr_k"]
+        row["dtype"] = dtype
     return [_ordered(row) for row in rows]
 
 
@@ -281,6 +291,7 @@ _COLUMNS = (
     "attn_top1",
     "attn_erank",
     "logit_std",
+    "dtype",
 )
 
 

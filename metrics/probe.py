@@ -12,11 +12,14 @@ import torch
 from torch import Tensor, nn
 
 from metrics.attention import attention_stats
-from metrics.spectra import effective_rank, participation_ratio, qk_alignment
+from metrics.spectra import effective_rank, participation_ratio, qk_alignment, qk_alignment_per_head
 
 
-def weight_columns(wq: Tensor, wk: Tensor, n_head: int) -> dict[str, float]:
-    """Weight-side columns of one layer. wq, wk: [d_model, d_model] ([out, in])."""
+def weight_columns(wq: Tensor, wk: Tensor, n_head: int) -> dict[str, float | list[float]]:
+    """Weight-side columns of one layer. wq, wk: [d_model, d_model] ([out, in]).
+
+    ``qk_alignment_head`` is a list of n_head floats (head h: rows h*d_head:(h+1)*d_head).
+    """
     d_head = wq.shape[0] // n_head
     heads_q = wq.reshape(n_head, d_head, -1)  # (H, d_head, D)
     heads_k = wk.reshape(n_head, d_head, -1)
@@ -26,6 +29,7 @@ def weight_columns(wq: Tensor, wk: Tensor, n_head: int) -> dict[str, float]:
         "wq_erank_head": effective_rank(heads_q).mean().item(),
         "wk_erank_head": effective_rank(heads_k).mean().item(),
         "qk_alignment": qk_alignment(wq, wk).item(),
+        "qk_alignment_head": qk_alignment_per_head(wq, wk, n_head).tolist(),
         "wq_norm": wq.double().norm().item(),
         "wk_norm": wk.double().norm().item(),
     }

@@ -18,8 +18,12 @@ Conventions
   observation the sd is ``None``.
 * Slopes are closed-form OLS slopes computed for all groups at once with
   ``np.bincount`` (no Python loop per trajectory).
-* Runs whose ``epochs`` status is ``diverged`` are dropped before any
-  statistic and listed under ``provenance.excluded_runs``.
+* Runs whose ``epochs`` status is ``diverged``, and runs whose last epoch
+  differs from their preset's (``incomplete_runs``), are dropped before any
+  statistic and listed with the reason under ``provenance.excluded_runs``.
+* Counts of seeds count runs (one per seed within a preset), not distinct
+  seed numbers. ``compute_all`` is meant for one preset at a time
+  (``sweep.report`` never pools presets).
 * Every value in the returned dict is a JSON scalar (NaN/inf become ``None``);
   dict keys are strings (depths are written ``"4"``, ``"6"``, ...).
 
@@ -31,7 +35,8 @@ and its reason is under ``missing``)::
                      checkpoint_series, checkpoint_revisions, excluded_runs}
     alignment       {initial|final: {init: {mean, sd, n}}, initial_epoch, final_epoch,
                      welch_t, welch_p, hedges_g, n_coupled, n_uncoupled,
-                     gap_by_depth: {depth: gap}, final_by_depth: {depth: {init: mean}}}
+                     gap_by_depth: {depth: gap}, final_by_depth: {depth: {init: mean}},
+                     final_by_head: {init: [mean per head]}}
     slopes          {uncoupled|coupled|pooled: {pr_q|pr_k|pr_q_minus_pr_k:
                      {mean, sd, n, positive, negative}}}      over seed-averaged traces
     slopes_per_run  the same over every per-run layer trajectory
@@ -312,6 +317,33 @@ def diverged_runs(epochs: pd.DataFrame) -> list[str]:
     return sorted(epochs.loc[epochs["status"] == "diverged", "run_id"].unique().tolist())
 
 
+def incomplete_runs(layers: pd.DataFrame, epochs: pd.DataFrame) -> dict[str, str]:
+    """Runs whose last logged epoch differs from their preset's, with the reason.
+
+    A preset's final epoch (per sweep, since baseline and interventions of one
+    preset train for different epochs) is the largest last epoch among its runs
+    in ``layers`` (``epochs`` when a run has no layer rows). A run that stops
+    earlier (unfinished, or a file of its last epoch unreadable) would mix an
+    earlier epoch into the "final" values, so it is listed instead.
+    """
+    frames = [df for df in (layers, epochs) if not df.empty and "run_id" in df]
+    if not frames:
+        return {}
+    cols = ["sweep", "preset", "run_id", "epoch"]
+    both = pd.concat([df[cols] for df in frames], ignore_index=True)
+    last_layer = layers.groupby("run_id")["epoch"].max() if not layers.empty else pd.Series(dtype=int)
+    last = both.groupby(["sweep", "preset", "run_id"], observed=True)["epoch"].max().reset_index()
+    last["epoch"] = last["run_id"].map(last_layer).fillna(last["epoch"])
+    want = last.groupby(["sweep", "preset"], observed=True)["epoch"].transform("max")
+    short = last[last["epoch"] != want]
+    return {
+        r: f"last epoch {int(e)}, its preset's ({p}, {sw}) runs end at {int(w)}"
+        for r, e, w, p, sw in zip(
+            short["run_id"], short["epoch"], want[short.index], short["preset"], short["sweep"], strict=True
+        )
+    }
+
+
 def final_rows(df: pd.DataFrame, key: str = "run_id", when: str = "final") -> pd.DataFrame:
     """Rows at each run's last (``when="final"``) or first (``"initial"``) epoch."""
     if df.empty:
@@ -396,7 +428,7 @@ def seed_averaged_traces(layers: pd.DataFrame, metrics: Sequence[str]) -> pd.Dat
         return pd.DataFrame(columns=[*keys, *metrics, "n_seeds"])
     g = layers.groupby(keys, sort=True, observed=True)
     out = g[list(metrics)].mean()
-    out["n_seeds"] = g["seed"].nunique()
+    out["n_seeds"] = g.size()  # runs averaged (one per seed within a preset), not distinct seed numbers
     return out.reset_index()
 
 
@@ -469,9 +501,34 @@ def alignment_section(layers: pd.DataFrame) -> Section:
     }
     if not gaps:
         missing["alignment.gap_by_depth"] = f"no depth has both {COUPLED} and an uncoupled init"
+    out["final_by_head"] = final_alignment_by_head(base)
+    if not out["final_by_head"]:
+        missing["alignment.per_head"] = "no qk_alignment_head values in the store (older schema)"
     return Section(
         {"alignment": out}, missing, {"alignment_initial": init_rows, "alignment_final": fin_rows}
     )
+
+
+def final_alignment_by_head(base: pd.DataFrame) -> dict[str, list[float | None]]:
+    """Per init: final alignment of each head h, the mean over the final (run, layer) rows.
+
+    Reads the list column ``qk_alignment_head`` ([n_head] per row); rows without it
+    are skipped, and an init whose rows disagree on n_head is left out.
+    """
+    if "qk_alignment_head" not in base:
+        return {}
+    fin = final_rows(base)
+    fin = fin[fin["qk_alignment_head"].map(lambda v: v is not None and len(v) > 0)]
+    out: dict[str, list[float | None]] = {}
+    for init in ordered_inits(fin["init"]):
+        vals = fin.loc[fin["init"] == init, "qk_alignment_head"]
+        if vals.map(len).nunique() != 1:
+            continue
+        arr = np.array([np.asarray(v, float) for v in vals])  # (rows, n_head)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN head
+            out[init] = [_num(x) for x in np.nanmean(arr, axis=0)]
+    return out
 
 
 def trace_slopes(layers: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
@@ -663,8 +720,8 @@ def _condition_stats(runs: pd.DataFrame, pairs: pd.DataFrame, cond: str) -> dict
             "delta_sd": dd["sd"],
             "n_pairs": dd["n"],
         }
-    entry["n_seeds"] = int(r["seed"].nunique())
-    entry["n_pairs"] = int(p["seed"].nunique()) if not p.empty else 0
+    entry["n_seeds"] = int(len(r))  # runs of the condition (one per seed), not distinct seed numbers
+    entry["n_pairs"] = int(len(p))
     pred = PREDICTED.get(cond)
     entry["predicted"] = {k: ("+" if v > 0 else "-") for k, v in pred.items()} if pred else None
     if not pred or p.empty:
@@ -727,7 +784,11 @@ def interventions_section(layers: pd.DataFrame, epochs: pd.DataFrame) -> Section
 def checkpoint_revision_means(checkpoints: pd.DataFrame) -> pd.DataFrame:
     """Layer-means per (series, revision) of ok rows with ``progress`` in [0, 1].
 
-    Progress falls back to tokens / max tokens, then step / max step, of the series.
+    Progress is training tokens min–max scaled to [0, 1] within the series
+    (SPEC §8): (tokens − min) / (max − min) over the series' ok revisions. A
+    series without tokens on every revision uses steps the same way, and one
+    with neither min–max scales the stored ``progress``. A series whose values
+    are all equal (one revision) gets progress 1.
     """
     cols = ["series", "revision", "progress", "n_layers", "pr_q", "pr_k", "pr_q_minus_pr_k"]
     if checkpoints.empty:
@@ -743,10 +804,15 @@ def checkpoint_revision_means(checkpoints: pd.DataFrame) -> pd.DataFrame:
     for c in ("progress", "tokens", "step"):
         out[c] = g[c].max().astype(float)
     out = out.reset_index()
-    for c in ("tokens", "step"):
-        top = out.groupby("series")[c].transform("max")
+    scaled = pd.Series(np.nan, index=out.index)
+    for c in ("tokens", "step", "progress"):
+        g = out.groupby("series")[c]
+        lo, hi, complete = g.transform("min"), g.transform("max"), g.transform(lambda v: v.notna().all())
+        use = scaled.isna() & complete.astype(bool)
         with np.errstate(invalid="ignore", divide="ignore"):
-            out["progress"] = out["progress"].fillna(out[c] / top.where(top > 0))
+            mm = ((out[c] - lo) / (hi - lo)).where(hi > lo, 1.0)
+        scaled = scaled.where(~use, mm)
+    out["progress"] = scaled
     return out.sort_values(["series", "progress"]).reset_index(drop=True)
 
 
@@ -840,8 +906,7 @@ def provenance(layers: pd.DataFrame, epochs: pd.DataFrame, checkpoints: pd.DataF
         }
     out["presets"] = sorted(ids["preset"].unique().tolist())
     out["n_runs"] = int(len(ids))
-    base_presets = out["sweeps"].get("baseline", {}).get("presets", [])
-    out["paper_scale"] = base_presets == ["paper"]
+    out["paper_scale"] = out["presets"] == ["paper"]
     if not checkpoints.empty:
         ok = checkpoints[checkpoints["status"] == "ok"]
         out["checkpoint_series"] = sorted(ok["series"].unique().tolist())
@@ -896,6 +961,14 @@ def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None) -> A
         layers = layers[~layers["run_id"].isin(bad)]
         epochs = epochs[~epochs["run_id"].isin(bad)]
         notes.append(f"{len(bad)} diverged run(s) excluded")
+    short = incomplete_runs(layers, epochs)
+    if short:
+        layers = layers[~layers["run_id"].isin(short)]
+        epochs = epochs[~epochs["run_id"].isin(short)]
+        notes.append(
+            f"{len(short)} run(s) whose last epoch differs from their preset's left out of every "
+            "statistic (listed under provenance.excluded_runs)"
+        )
     if not epochs.empty:
         running = epochs.sort_values("epoch").groupby("run_id")["status"].last()
         n_running = int((running == "running").sum())
@@ -905,7 +978,7 @@ def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None) -> A
             )
 
     stats: dict = {"provenance": provenance(layers, epochs, checkpoints)}
-    stats["provenance"]["excluded_runs"] = {r: "diverged" for r in bad}
+    stats["provenance"]["excluded_runs"] = {r: "diverged" for r in bad} | short
     if len(stats["provenance"]["presets"]) > 1:
         notes.append(
             "the store mixes presets "

@@ -207,7 +207,7 @@ def figA_checkpoints(an: Analysis, out: Path) -> list[Path]:
                 color=cmap(i % 10),
                 label=f"{s} ({len(g)} rev.)",
             )
-        ax.set_xlabel("training progress (tokens / final tokens)")
+        ax.set_xlabel("training progress (tokens, min–max scaled per series)")
         ax.set_ylabel("PR$_Q$ − PR$_K$ (dims, layer mean)")
         ax.set_xlim(-0.02, 1.02)
         ax.legend(loc="best")

@@ -5,6 +5,15 @@
 ``build_report(tables, out)`` does the same on in-memory DataFrames. The
 report works on whatever the store holds (an empty store included) and lists
 what it could not compute under ``missing``.
+
+Presets are never pooled (SPEC §8). A store holding one preset gives the
+layout above, with ``stats.json`` holding that preset's sections. A store
+holding several gives one report per preset under ``presets/<name>/`` and a
+top-level ``report.md`` / ``stats.json`` with every preset's scorecard and
+section (``stats.json["by_preset"][name]``). ``--preset NAME`` reports one
+preset; naming a preset the store lacks exits with status 2. Both layouts put
+the scorecard (``metrics.scorecard``) first and list unreadable store files
+under ``skipped_files``.
 """
 
 from __future__ import annotations
@@ -12,15 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from metrics import scorecard as sc
 from metrics import stats as st
 from sweep import tables as tb
 from sweep.schema import TABLES
-from sweep.store import Store
+from sweep.store import Store, safe_name
 
 FIGURE_CAPTIONS = {
     "fig1_alignment": "Figure 1 — layer-mean Q/K alignment per init (mean ± sd over seeds), one panel per depth",
@@ -49,15 +60,50 @@ FIGURE_SECTION = {
 # ----------------------------------------------------------------------------
 
 
-def load_tables(root: str | os.PathLike) -> dict[str, pd.DataFrame]:
+def load_tables(
+    root: str | os.PathLike, skipped: list[dict] | None = None
+) -> dict[str, pd.DataFrame]:
     """The store's three tables as DataFrames, each with its schema's columns (empty if absent).
 
     Reads through ``Store``, not a bare ``pandas.read_parquet``: that skips a
     corrupt file with a warning and does not count rows twice while a compaction
-    is half done (SPEC §6).
+    is half done (SPEC §6). Each skipped file is appended to ``skipped`` as a
+    ``skipped_file`` record, so the report can list it.
     """
     store = Store(str(root))
-    return {t: store.read(t) for t in TABLES}
+    out = {t: store.read(t) for t in TABLES}
+    if skipped is not None:
+        skipped.extend(skipped_file(store.base, path, err) for path, err in store.skipped)
+    return out
+
+
+#: The stats sections that rows of each sweep / table feed.
+SWEEP_SECTIONS = {
+    "baseline": ("alignment", "slopes", "layer_categories", "bridge"),
+    "interventions": ("interventions",),
+    "checkpoints": ("checkpoints",),
+}
+
+
+def skipped_file(base: str, path: str, error: str) -> dict:
+    """What an unreadable store file may have held: ``{path, error, table, sweep, preset, sections}``.
+
+    The run directory name is the run id (``sweep.preset.init.L<d>.s<seed>.<condition>``);
+    when it does not parse, sweep and preset are None and every section is marked.
+    """
+    rel = path[len(base) :].lstrip("/") if path.startswith(base) else path
+    parts = rel.split("/")
+    table = parts[0] if parts and parts[0] in TABLES else None
+    sweep = preset = None
+    if table == "checkpoints":
+        sections = SWEEP_SECTIONS["checkpoints"]
+    else:
+        bits = parts[1].split(".") if len(parts) > 2 else []
+        if len(bits) >= 6 and bits[0] in SWEEP_SECTIONS:
+            sweep, preset = bits[0], bits[1]
+        sections = SWEEP_SECTIONS.get(sweep) or tuple(x for v in SWEEP_SECTIONS.values() for x in v)
+    return {"path": path, "error": error, "table": table, "sweep": sweep, "preset": preset,
+            "sections": list(sections)}
 
 
 # ----------------------------------------------------------------------------
@@ -204,7 +250,7 @@ def _provenance_md(s: dict) -> list[str]:
         lines.append(
             f"- **{sweep}**: {d['n_runs']} runs, preset(s) {', '.join(d['presets'])}; inits "
             f"{', '.join(d['inits'])}; depths {', '.join(map(str, d['depths']))}; "
-            f"{len(d['seeds'])} seed(s) ({', '.join(map(str, d['seeds']))}); "
+            f"seeds {', '.join(map(str, d['seeds']))}; "
             f"conditions {', '.join(d['interventions'])}; final epoch used "
             f"{fe_txt} (each run's last logged epoch)."
         )
@@ -216,6 +262,8 @@ def _provenance_md(s: dict) -> list[str]:
     for preset in pv["presets"]:
         if preset in PRESET_NOTES:
             lines += ["", "> " + PRESET_NOTES[preset]]
+        for note in (s.get("preset_notes") or {}).get(preset, []):
+            lines += ["", f"> Preset `{preset}`: {note}"]
     if pv["excluded_runs"]:
         lines.append(
             f"- excluded: {', '.join(f'{r} ({why})' for r, why in pv['excluded_runs'].items())}"
@@ -225,30 +273,60 @@ def _provenance_md(s: dict) -> list[str]:
     return lines + [""]
 
 
-def _table_md(name: str, frames: dict[str, pd.DataFrame]) -> list[str]:
+def _table_md(name: str, frames: dict[str, pd.DataFrame], prefix: str = "") -> list[str]:
     if name not in frames:
         return []
     return [
         tb.to_markdown(frames[name]),
         "",
-        f"(`tables/{name}.csv`, `.md`, `.tex`)",
+        f"(`{prefix}tables/{name}.csv`, `.md`, `.tex`)",
         "",
     ]
 
 
-def _figure_md(name: str, figs: dict) -> list[str]:
+def _figure_md(name: str, figs: dict, prefix: str = "") -> list[str]:
     if name not in figs:
         return []
     return [
-        f"![{FIGURE_CAPTIONS[name]}](figures/{name}.png)",
+        f"![{FIGURE_CAPTIONS[name]}]({prefix}figures/{name}.png)",
         "",
         f"*{FIGURE_CAPTIONS[name]}.*",
         "",
     ]
 
 
-def render_markdown(s: dict, frames: dict[str, pd.DataFrame], figs: dict) -> str:
+def _scorecard_md(s: dict) -> list[str]:
+    """The reproduction scorecard of one preset's stats (rows under ``s["scorecard"]``)."""
+    rows = s.get("scorecard") or []
+    preset = rows[0]["preset"] if rows else None
+    title = "## Reproduction scorecard" + (f" — preset `{preset}`" if preset else "")
+    paper = bool(s.get("provenance", {}).get("paper_scale"))
+    lines = [title, ""]
+    if preset and preset != "paper":
+        lines += [f"Preset `{preset}` is not the paper's scale (WikiText-103, d_model 256, 45 epochs): "
+                  "the verdicts test the *direction* of each claim here, not its size.", ""]
+    return lines + sc.render_markdown(rows, paper_scale=paper) + [""]
+
+
+def _skipped_md(skipped: list[dict]) -> list[str]:
+    if not skipped:
+        return []
+    lines = ["## Skipped store files", "",
+             f"{len(skipped)} store file(s) could not be read; their rows are absent from every statistic:", ""]
+    for f in skipped:
+        who = f"{f['sweep']}/{f['preset']}" if f["sweep"] else (f["table"] or "unknown")
+        lines.append(f"- `{f['path']}` ({who}; sections {', '.join(f['sections'])}): {f['error']}")
+    return lines + [""]
+
+
+def render_markdown(
+    s: dict, frames: dict[str, pd.DataFrame], figs: dict, prefix: str = "", scorecard: bool = True
+) -> str:
+    """report.md of one preset; ``prefix`` is prepended to table/figure paths."""
     lines = ["# qkgeom report: query expansion and key specialisation", ""]
+    if scorecard:
+        lines += _scorecard_md(s)
+    lines += _skipped_md(s.get("skipped_files") or [])
     lines += _provenance_md(s)
     miss = s["missing"]
 
@@ -257,21 +335,21 @@ def render_markdown(s: dict, frames: dict[str, pd.DataFrame], figs: dict) -> str
 
     lines += ["## Table 3 — final Q/K alignment per initialisation", ""]
     if s.get("alignment"):
-        lines += [_sentence_alignment(s), ""] + _table_md("table3_alignment", frames)
-        lines += _table_md("table3_contrast", frames) + _figure_md("fig1_alignment", figs)
+        lines += [_sentence_alignment(s), ""] + _table_md("table3_alignment", frames, prefix)
+        lines += _table_md("table3_contrast", frames, prefix) + _figure_md("fig1_alignment", figs, prefix)
     else:
         lines += absent("alignment")
 
     lines += ["## Table 4 — slopes over seed-averaged traces", ""]
     if s.get("slopes") and "table4_slopes" in frames:
-        lines += [_sentence_slopes(s), ""] + _table_md("table4_slopes", frames)
-        lines += _figure_md("fig2_pr", figs)
+        lines += [_sentence_slopes(s), ""] + _table_md("table4_slopes", frames, prefix)
+        lines += _figure_md("fig2_pr", figs, prefix)
     else:
         lines += absent("slopes")
 
     lines += ["## Layer categories (final epoch)", ""]
     if s.get("layer_categories"):
-        lines += [_sentence_categories(s), ""] + _table_md("layer_categories", frames)
+        lines += [_sentence_categories(s), ""] + _table_md("layer_categories", frames, prefix)
     else:
         lines += absent("layer_categories")
 
@@ -279,8 +357,8 @@ def render_markdown(s: dict, frames: dict[str, pd.DataFrame], figs: dict) -> str
     if s.get("bridge"):
         lines += (
             [_sentence_bridge(s), ""]
-            + _table_md("bridge", frames)
-            + _figure_md("fig3_bridge", figs)
+            + _table_md("bridge", frames, prefix)
+            + _figure_md("fig3_bridge", figs, prefix)
         )
     else:
         lines += absent("bridge")
@@ -288,14 +366,14 @@ def render_markdown(s: dict, frames: dict[str, pd.DataFrame], figs: dict) -> str
     lines += ["## Table 5 — interventions", ""]
     if s.get("interventions"):
         lines += [_sentence_interventions(s), ""]
-        lines += _table_md("table5_interventions", frames) + _table_md("table5_deltas", frames)
+        lines += _table_md("table5_interventions", frames, prefix) + _table_md("table5_deltas", frames, prefix)
     else:
         lines += absent("interventions")
 
     lines += ["## Appendix A — public checkpoint series", ""]
     if s.get("checkpoints"):
         lines += [_sentence_checkpoints(s), ""] + _table_md("appendixA_checkpoints", frames)
-        lines += _figure_md("figA_checkpoints", figs)
+        lines += _figure_md("figA_checkpoints", figs, prefix)
     else:
         lines += absent("checkpoints")
 
@@ -305,7 +383,7 @@ def render_markdown(s: dict, frames: dict[str, pd.DataFrame], figs: dict) -> str
         lines += [
             "The store holds the paper-scale grid (preset `paper`), so the paper's values are shown beside ours.",
             "",
-        ] + _table_md("reference_comparison", frames)
+        ] + _table_md("reference_comparison", frames, prefix)
     elif ref is not None:
         lines += [
             "The paper's values apply to paper scale (preset `paper`, WikiText-103, 45 epochs); this store "
@@ -331,21 +409,59 @@ def render_markdown(s: dict, frames: dict[str, pd.DataFrame], figs: dict) -> str
 # ----------------------------------------------------------------------------
 
 
-def build_report(
+class PresetNotInStore(ValueError):
+    """``--preset`` names a preset the store does not hold."""
+
+
+def store_presets(tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The presets of the runs in ``layers`` and ``epochs``, sorted."""
+    found: set[str] = set()
+    for name in ("layers", "epochs"):
+        df = tables.get(name)
+        if df is not None and not df.empty and "preset" in df:
+            found |= set(df["preset"].dropna().astype(str).unique())
+    return sorted(found)
+
+
+def preset_notes(preset: str, provenance: dict) -> list[str]:
+    """The ``note`` of a preset known to ``sweep.presets``, and a line when its runs end early.
+
+    Empty for a preset the registry does not know (or when it cannot be imported).
+    """
+    try:
+        from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
+    except Exception:  # noqa: BLE001 - the report must not fail on the registry
+        return []
+    notes: list[str] = []
+    for sweep, registry in (("baseline", BASELINE_PRESETS), ("interventions", INTERVENTION_PRESETS)):
+        known = registry.get(preset)
+        if known is None:
+            continue
+        if known.note and known.note not in notes:
+            notes.append(known.note)
+        ran = provenance.get("sweeps", {}).get(sweep)
+        if ran and preset in ran["presets"] and ran["final_epoch"]["max"] is not None:
+            if ran["final_epoch"]["max"] != known.epochs:
+                notes.append(
+                    f"its {sweep} runs end at epoch {ran['final_epoch']['max']}, while the preset "
+                    f"defines {known.epochs} epochs (overridden with --epochs, or the sweep is unfinished)"
+                )
+    return notes
+
+
+def _report_one(
     tables: dict[str, pd.DataFrame],
     out: Path,
-    figures: bool = True,
-    preset: str | None = None,
-) -> dict:
-    """Compute every statistic and write ``out``/stats.json, tables/, figures/ and report.md.
-
-    Returns the stats dict (the content of stats.json).
-    """
-    out = Path(out)
+    figures: bool,
+    preset: str | None,
+    skipped: list[dict],
+) -> tuple[dict, dict[str, pd.DataFrame], dict]:
+    """Stats, tables, figures and scorecard of one preset (``None``: the store as it is)."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     an = st.compute_all(tables, preset=preset)
     s = an.stats
+    label = preset if preset is not None else (s["provenance"]["presets"] or [None])[0]
     frames = tb.build_tables(s)
     if not s["provenance"]["paper_scale"]:
         # keep the comparison table honest: our numbers are not at paper scale
@@ -356,6 +472,12 @@ def build_report(
         if name not in frames:
             sec = tb.TABLE_SECTION[name]
             s["missing"][f"tables.{name}"] = s["missing"].get(sec, f"no data for section {sec!r}")
+    mine = [f for f in skipped if f["preset"] in (None, label)]
+    touched = {sec for f in mine for sec in f["sections"]}
+    s["skipped_files"] = mine
+    s["preset_notes"] = {label: preset_notes(label, s["provenance"])} if label else {}
+    s["scorecard"] = sc.build_scorecard(an, label, paper_scale=label == "paper", touched=touched)
+    s["scorecard_method"] = sc.METHOD_NOTE
     s["timing_s"] = {"stats_and_tables": time.perf_counter() - t0}
     figs: dict = {}
     if figures:
@@ -375,8 +497,73 @@ def build_report(
         "figures": sorted(figs),
         "report": "report.md",
     }
-    (out / "report.md").write_text(render_markdown(s, frames, figs))
+    return s, frames, figs
+
+
+def _write(out: Path, s: dict, markdown: str) -> None:
+    (out / "report.md").write_text(markdown)
     (out / "stats.json").write_text(json.dumps(st.to_jsonable(s), indent=2, allow_nan=False) + "\n")
+
+
+def build_report(
+    tables: dict[str, pd.DataFrame],
+    out: Path,
+    figures: bool = True,
+    preset: str | None = None,
+    skipped_files: list[dict] | None = None,
+) -> dict:
+    """Compute every statistic and write ``out``/stats.json, tables/, figures/ and report.md.
+
+    Presets are reported separately (see the module docstring); ``preset`` keeps one
+    and raises ``PresetNotInStore`` when the store lacks it. ``skipped_files``: the
+    records ``load_tables`` collected. Returns the stats dict (the content of stats.json).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    skipped = list(skipped_files or [])
+    present = store_presets(tables)
+    if preset is not None and preset not in present:
+        raise PresetNotInStore(
+            f"preset {preset!r} is not in the store; presets present: {', '.join(present) or 'none'}"
+        )
+    if preset is not None or len(present) <= 1:
+        s, frames, figs = _report_one(tables, out, figures, preset, skipped)
+        s["presets"] = [preset] if preset is not None else present
+        s["skipped_files"] = skipped
+        _write(out, s, render_markdown(s, frames, figs))
+        return s
+
+    # several presets: one report each, never pooled, and an index that holds them all
+    by_preset: dict[str, dict] = {}
+    head = [
+        "# qkgeom report: query expansion and key specialisation",
+        "",
+        f"This store holds {len(present)} presets ({', '.join(f'`{p}`' for p in present)}). Each is "
+        "reported on its own below and under `presets/<name>/`; no statistic pools runs of "
+        "different presets.",
+        "",
+    ]
+    parts: list[str] = []
+    for name in present:
+        sub = out / "presets" / safe_name(name)
+        s_p, frames, figs = _report_one(tables, sub, figures, name, skipped)
+        _write(sub, s_p, render_markdown(s_p, frames, figs))
+        by_preset[name] = s_p
+        head += _scorecard_md(s_p)
+        body = render_markdown(s_p, frames, figs, prefix=f"presets/{safe_name(name)}/", scorecard=False)
+        body_lines = [ln for ln in body.splitlines()[1:] if not ln.startswith("## Skipped store files")]
+        parts += [f"## Preset `{name}`", ""] + [("#" + ln if ln.startswith("#") else ln) for ln in body_lines]
+    s = {
+        "presets": present,
+        "by_preset": by_preset,
+        "scorecard": [row for p in present for row in by_preset[p]["scorecard"]],
+        "scorecard_method": sc.METHOD_NOTE,
+        "skipped_files": skipped,
+        "missing": {},
+        "notes": [f"the store holds presets {', '.join(present)}: each is reported separately"],
+        "outputs": {"report": "report.md", "presets": {p: f"presets/{safe_name(p)}/" for p in present}},
+    }
+    _write(out, s, "\n".join(head + _skipped_md(skipped) + parts) + "\n")
     return s
 
 
@@ -425,14 +612,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", default="runs/store", help="store root (path or pyarrow URI)")
     ap.add_argument("--out", default="runs/report", help="output directory")
     ap.add_argument("--no-figures", action="store_true", help="skip figure rendering")
-    ap.add_argument("--preset", default=None, help="keep only runs of this preset")
+    ap.add_argument("--preset", default=None, help="report only this preset (default: each, separately)")
     args = ap.parse_args(argv)
-    tables = load_tables(args.store)
-    s = build_report(tables, Path(args.out), figures=not args.no_figures, preset=args.preset)
+    skipped: list[dict] = []
+    tables = load_tables(args.store, skipped)
+    try:
+        s = build_report(tables, Path(args.out), figures=not args.no_figures, preset=args.preset,
+                         skipped_files=skipped)
+    except PresetNotInStore as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(Path(args.out) / "report.md")
-    for line in headline(s):
-        print("  " + line)
+    for name, one in (s.get("by_preset") or {None: s}).items():
+        for line in headline(one):
+            print("  " + (f"[{name}] " if name else "") + line)
+    print_scorecard(s)
     return 0
+
+
+def print_scorecard(s: dict) -> None:
+    """The scorecard on stdout, one block per preset (what ``make demo`` ends with)."""
+    rows = s.get("scorecard") or []
+    for name in dict.fromkeys(r["preset"] for r in rows):
+        mine = [r for r in rows if r["preset"] == name]
+        counts = ", ".join(f"{v} {sum(r['verdict'] == v for r in mine)}" for v in sc.VERDICTS)
+        print(f"\nreproduction scorecard, preset {name} ({counts}):")
+        for line in sc.render_text(mine):
+            print("  " + line)
+    if s.get("skipped_files"):
+        print(f"\n{len(s['skipped_files'])} unreadable store file(s) skipped: see report.md")
 
 
 if __name__ == "__main__":

@@ -178,7 +178,7 @@ def checkpoint_rows(job: Job, layers: list[dict[str, float]] | None, reason: str
                  "reason": reason, **tail}]
     return [
         {**base, "layer": int(row["layer"]), **{c: float(row[c]) for c in CHECKPOINT_METRICS},
-         "status": "ok", "reason": None, **tail}
+         "dtype": row.get("dtype"), "status": "ok", "reason": None, **tail}
         for row in layers
     ]
 
@@ -190,7 +190,7 @@ def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.d
     from metrics.hf_probe import SUPPORTED_MODEL_TYPES, probe_hf_model
 
     folder = model_dir(job, settings)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = torch.float32  # on every device (SPEC §7): bf16 on CUDA moved pr_q − pr_k by up to ~2 %
     model = None
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)

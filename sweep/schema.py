@@ -45,6 +45,13 @@ LAYER_METRICS: tuple[str, ...] = (
 #: Per-layer gradient columns, filled by the trainer; null at epoch 0 (no step taken yet).
 LAYER_GRAD_METRICS: tuple[str, ...] = ("grad_norm_q", "grad_norm_k")
 
+#: Per-head columns (SPEC §4 "also reported per head"): a list<float64> per row, one value
+#: per head h = 0..n_head-1 (head h owns rows h*d_head:(h+1)*d_head of W_Q and W_K).
+#: ``qk_alignment_head[h]`` = mean over that head's rows i of |cos(W_Q[i,:], W_K[i,:])|;
+#: its mean over heads equals ``qk_alignment`` when no row is zero. Null in stores
+#: written before the column existed.
+LAYER_HEAD_METRICS: tuple[str, ...] = ("qk_alignment_head",)
+
 #: Run-level float columns per epoch; ``train_loss`` and ``grad_norm`` are null at epoch 0.
 EPOCH_METRICS: tuple[str, ...] = ("train_loss", "val_loss", "grad_norm", "wall_s", "tokens_per_s")
 
@@ -68,6 +75,7 @@ LAYERS = pa.schema(
     + [pa.field("epoch", pa.int32(), nullable=False), pa.field("layer", pa.int32(), nullable=False)]
     + [pa.field(c, pa.float64()) for c in LAYER_METRICS + LAYER_GRAD_METRICS]
     + [pa.field("schema_version", pa.int32(), nullable=False)]
+    + [pa.field(c, pa.list_(pa.float64())) for c in LAYER_HEAD_METRICS]
 )
 
 EPOCHS = pa.schema(
@@ -89,6 +97,8 @@ CHECKPOINTS = pa.schema(
         pa.field("step", pa.int64()),
         pa.field("tokens", pa.int64()),
         pa.field("progress", pa.float64()),
+        # dtype the probe computed in ("float32" on every device, SPEC §7); null in older stores
+        pa.field("dtype", pa.string()),
         pa.field("layer", pa.int32()),  # null on the single row recording a failed revision
     ]
     + [pa.field(c, pa.float64()) for c in CHECKPOINT_METRICS]

@@ -136,6 +136,8 @@ class Store:
         self._options = (connect_timeout, request_timeout, retries)
         self.fs, self.base = _open(self.root, *self._options)
         self.object_store = self.fs.type_name in OBJECT_STORES
+        #: (path, error) of every file ``read`` skipped as unreadable, in order, for reports to list.
+        self.skipped: list[tuple[str, str]] = []
 
     def __reduce__(self):  # picklable for Ray / spawn workers: reopen from the root
         timeouts = dict(zip(("connect_timeout", "request_timeout", "retries"), self._options, strict=True))
@@ -306,10 +308,14 @@ class Store:
 
     def read(self, table: str, sweep: str | None = None, run_id: str | None = None,
              columns: list[str] | None = None) -> pd.DataFrame:
-        """All rows of ``table`` (optionally one sweep / run), sorted by key; unreadable files warn."""
+        """All rows of ``table`` (optionally one sweep / run), sorted by key.
+
+        An unreadable file warns and is appended to ``self.skipped`` (``scan`` returns them too).
+        """
         result = self.scan(table, sweep=sweep, run_id=run_id, columns=columns)
         for path, error in result.unreadable:
             warnings.warn(f"skipping unreadable store file {path}: {error}", stacklevel=2)
+            self.skipped.append((path, error))
         return result.frame
 
     def epochs_written(self, run_id: str, table: str = "epochs") -> list[int]:

@@ -40,11 +40,15 @@ TABLE_SECTION = {
 
 
 def table3_alignment(stats: dict) -> pd.DataFrame | None:
-    """Initial and final layer-mean alignment per init, and the final mean per depth."""
+    """Initial and final layer-mean alignment per init, the final mean per depth and per head.
+
+    ``final_head{h}``: final alignment of head h (SPEC §4 per head), mean over final (run, layer) rows.
+    """
     a = stats.get("alignment")
     if not a:
         return None
     by_depth = a.get("final_by_depth", {})
+    by_head = a.get("final_by_head") or {}
     rows = []
     for init, fin in a["final"].items():
         ini = a["initial"].get(init, {})
@@ -58,6 +62,8 @@ def table3_alignment(stats: dict) -> pd.DataFrame | None:
         }
         for d, means in by_depth.items():
             row[f"final_mean_L{d}"] = means.get(init)
+        for h, v in enumerate(by_head.get(init, [])):
+            row[f"final_head{h}"] = v
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -46,6 +46,9 @@ CONDITIONS = (
     "qk_align_reg",
 )
 IV_SEEDS = (7, 37, 42, 105, 210)
+#: Planted per-head alignment offsets (4 heads, mean 0): head h of a baseline row has
+#: ``qk_alignment + HEAD_OFFSETS[h]``.
+HEAD_OFFSETS = (-0.03, -0.01, 0.01, 0.03)
 
 
 def _default_effects() -> dict[str, dict[str, float]]:
@@ -145,7 +148,10 @@ def expected_slope_counts(depths=(4, 6, 8), planted: Planted | None = None, init
 
 
 def _conform(df: pd.DataFrame, table: str) -> pd.DataFrame:
-    """Exactly the schema's columns and dtypes (as the store would return them)."""
+    """Exactly the schema's columns and dtypes (as the store would return them); absent columns null."""
+    absent = [c for c in SCHEMAS[table].names if c not in df.columns]
+    if absent:
+        df = df.assign(**dict.fromkeys(absent))
     return pa.Table.from_pandas(df, schema=SCHEMAS[table], preserve_index=False).to_pandas()
 
 
@@ -290,6 +296,8 @@ def _baseline(
         wq_erank_head=50.0,
         wk_erank_head=50.0,
         qk_alignment=align,
+        # per head: the run's alignment plus fixed offsets that average to zero over heads
+        qk_alignment_head=list(align[:, None] + np.array(HEAD_OFFSETS)[None, :]),
         wq_norm=10.0 + 0.01 * e,
         wk_norm=10.0 + 0.01 * e,
         grad_norm_q=np.where(e == 0, np.nan, 0.1),

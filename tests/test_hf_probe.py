@@ -217,3 +217,22 @@ def test_unsupported_architecture_is_a_clear_error(ids: torch.Tensor) -> None:
     with pytest.raises(ValueError, match="mistral"):
         probe_hf_model(model, ids)
     assert model.config._attn_implementation != "qkgeom_capture"
+
+
+def test_probe_computes_in_float32_and_records_it(ids: torch.Tensor) -> None:
+    """A bf16 model is probed in float32 (SPEC §7), and every row (and checkpoints row) says so."""
+    from sweep.revision_probe import Job, checkpoint_rows
+
+    ref = probe_hf_model(tiny_model("gpt2"), ids)
+    model = tiny_model("gpt2").to(torch.bfloat16)
+    rows = probe_hf_model(model, ids)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert [r["dtype"] for r in rows] == ["float32"] * len(rows)
+    # computed in float32 from bf16-rounded weights: close to, not equal to, the float32 model
+    assert rows[0]["pr_q"] == pytest.approx(ref[0]["pr_q"], rel=0.05)
+    job = Job("s", "step1", "org/s", None, 1, 10, 1.0)
+    ck = checkpoint_rows(job, ref)
+    assert {r["dtype"] for r in ck} == {"float32"}
+    from sweep.schema import CHECKPOINTS
+
+    assert CHECKPOINTS.field("dtype").type == "string"

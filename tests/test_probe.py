@@ -137,3 +137,64 @@ def test_qk_identical_model_has_equal_q_and_k_geometry() -> None:
         assert row["qk_alignment"] == pytest.approx(1.0, abs=1e-12)
         assert row["pr_q"] == row["pr_k"] and row["pr_q_minus_pr_k"] == 0.0
         assert row["wq_erank"] == row["wk_erank"] and row["wq_norm"] == row["wk_norm"]
+
+
+def _hand_head_alignment(wq: np.ndarray, wk: np.ndarray, n_head: int) -> list[float]:
+    """Per head: mean over its rows of |cos| between W_Q and W_K rows, zero rows skipped (loops)."""
+    d_head = wq.shape[0] // n_head
+    out = []
+    for h in range(n_head):
+        vals = []
+        for i in range(h * d_head, (h + 1) * d_head):
+            nq, nk = math.sqrt(sum(x * x for x in wq[i])), math.sqrt(sum(x * x for x in wk[i]))
+            if nq == 0 or nk == 0:
+                continue
+            vals.append(abs(sum(a * b for a, b in zip(wq[i], wk[i], strict=True))) / (nq * nk))
+        out.append(sum(vals) / len(vals))
+    return out
+
+
+def test_per_head_alignment_on_a_hand_built_pair() -> None:
+    """Head 0: W_K rows = ±2·W_Q rows (|cos| 1); head 1: orthogonal rows (0); head 2: 45° rows
+    and one zero row that must be skipped (1/√2); head 3: random rows (loop reference)."""
+    from metrics.probe import weight_columns
+    from metrics.spectra import qk_alignment_per_head
+
+    rng = np.random.default_rng(0)
+    n_head, d_head, d_in = 4, 3, 6
+    wq = rng.normal(size=(n_head * d_head, d_in))
+    wk = rng.normal(size=(n_head * d_head, d_in))
+    wk[0:3] = 2.0 * wq[0:3] * np.array([[1.0], [-1.0], [1.0]])
+    wq[3:6], wk[3:6] = np.eye(d_in)[0:3], np.eye(d_in)[3:6]
+    wq[6:9], wk[6:9] = np.eye(d_in)[0:3], np.eye(d_in)[0:3] + np.eye(d_in)[3:6]
+    wk[8] = 0.0  # a zero row: skipped, not counted as 0
+    hand = _hand_head_alignment(wq, wk, n_head)
+    assert hand[:3] == pytest.approx([1.0, 0.0, 1 / math.sqrt(2)])
+    got = qk_alignment_per_head(torch.tensor(wq), torch.tensor(wk), n_head)
+    assert got.tolist() == pytest.approx(hand, rel=1e-12)
+    cols = weight_columns(torch.tensor(wq, dtype=torch.float32), torch.tensor(wk, dtype=torch.float32), n_head)
+    assert cols["qk_alignment_head"] == pytest.approx(hand, rel=1e-6)
+    # the whole-matrix alignment is the mean over the 11 valid rows, not over heads
+    assert cols["qk_alignment"] == pytest.approx((3 * 1 + 0 + 2 / math.sqrt(2) + 3 * hand[3]) / 11, rel=1e-6)
+
+
+def test_probe_rows_carry_per_head_alignment_that_the_store_keeps(tmp_path) -> None:
+    from sweep.schema import run_id
+    from sweep.store import Store
+
+    model = trained_looking_model("qk_identical")
+    rows = probe_layers(model, tokens())
+    for block, row in zip(model.blocks, rows, strict=True):
+        wq = block.attn.q_proj.weight.detach().double().numpy()
+        wk = block.attn.k_proj.weight.detach().double().numpy()
+        assert row["qk_alignment_head"] == pytest.approx(_hand_head_alignment(wq, wk, block.attn.n_head), rel=1e-6)
+        assert np.mean(row["qk_alignment_head"]) == pytest.approx(row["qk_alignment"], rel=1e-6)
+    ident = {"sweep": "baseline", "preset": "smoke", "init": "qk_identical", "depth": len(rows), "seed": 1,
+             "intervention": "none"}
+    ident["run_id"] = run_id(*(ident[k] for k in ("sweep", "preset", "init", "depth", "seed", "intervention")))
+    store = Store(str(tmp_path))
+    store.write_layers([{**ident, "epoch": 0, **row, "grad_norm_q": None, "grad_norm_k": None} for row in rows])
+    back = store.read("layers")
+    for layer, row in enumerate(rows):
+        assert list(back.loc[back["layer"] == layer, "qk_alignment_head"].iloc[0]) == pytest.approx(
+            row["qk_alignment_head"])

@@ -46,8 +46,12 @@ def test_cli_end_to_end(full_run, capsys):
     assert report.main(["--store", str(root), "--out", str(out)]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].endswith("report.md") and Path(printed[0]) == out / "report.md"
-    assert 3 <= len(printed) - 1 <= 5
+    blank = printed.index("")
+    assert 3 <= blank - 1 <= 5  # headline lines, then the scorecard
     s = _strict_json(out / "stats.json")
+    assert printed[blank + 1].startswith("reproduction scorecard, preset paper")
+    assert len(printed) - blank - 2 == len(s["scorecard"])  # one line per claim
+    assert printed[blank + 2].split()[0] in ("reproduced", "direction", "not")
     assert s["missing"] == {}
     assert s["provenance"]["sweeps"]["baseline"]["n_runs"] == 18
     assert s["provenance"]["sweeps"]["interventions"]["n_runs"] == 30
@@ -188,7 +192,8 @@ def test_one_init_one_seed(tmp_path):
     assert s["alignment"]["final"]["independent_xavier"]["sd"] is not None  # 3 depths -> 3 runs
     assert s["interventions"]["freeze_k"]["attn_entropy"]["sd"] is None  # one seed
     assert s["interventions"]["freeze_k"]["confidence"] in (0.0, 1.0)
-    assert "Welch" not in md.split("## Table 4")[0]  # no test sentence without a test
+    # no test sentence without a test (the scorecard above only quotes the paper's p)
+    assert "Welch" not in md.split("## Data provenance")[1].split("## Table 4")[0]
 
 
 def test_empty_store(tmp_path):
@@ -237,8 +242,9 @@ def test_mixed_presets_and_preset_filter(tmp_path):
     )
     tb = {k: pd.concat([a[k], b[k]], ignore_index=True) for k in a}
     s = report.build_report(tb, tmp_path / "mixed", figures=False)
-    assert any("mixes presets" in n for n in s["notes"])
-    assert s["provenance"]["sweeps"]["baseline"]["n_runs"] == 18
+    assert s["presets"] == ["demo", "smoke"]  # never pooled: one report each
+    assert {p: s["by_preset"][p]["provenance"]["sweeps"]["baseline"]["n_runs"] for p in s["presets"]} == {
+        "demo": 9, "smoke": 9}
     s2 = report.build_report(tb, tmp_path / "one", figures=False, preset="smoke")
     assert s2["provenance"]["presets"] == ["smoke"]
     assert s2["provenance"]["sweeps"]["baseline"]["n_runs"] == 9

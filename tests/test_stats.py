@@ -421,8 +421,11 @@ def test_checkpoints_by_hand(paper_grid, paper_analysis):
         if n_rev < 3:
             assert got["slope_pr_q_minus_pr_k"] is None
             continue
-        rev = sub.groupby("revision").agg(p=("progress", "first"), d=("pr_q_minus_pr_k", "mean"))
-        ref = sps.linregress(rev["p"], rev["d"])
+        rev = sub.groupby("revision").agg(t=("tokens", "first"), d=("pr_q_minus_pr_k", "mean"))
+        # SPEC §8: training progress = tokens min–max scaled to [0, 1] within the series
+        p = (rev["t"] - rev["t"].min()) / (rev["t"].max() - rev["t"].min())
+        assert p.min() == 0.0 and p.max() == 1.0
+        ref = sps.linregress(p, rev["d"])
         assert got["slope_pr_q_minus_pr_k"] == pytest.approx(ref.slope, rel=1e-9)
         r1 = np.corrcoef(sub["pr_k"], sub["qk_erank"])[0, 1]
         r2 = np.corrcoef(sub["qk_erank"], sub["attn_entropy"])[0, 1]
@@ -431,13 +434,19 @@ def test_checkpoints_by_hand(paper_grid, paper_analysis):
     assert c["failed_revisions"] == 1
 
 
-def test_checkpoint_progress_falls_back_to_tokens(paper_grid):
+def test_checkpoint_progress_is_min_max_scaled(paper_grid):
+    """SPEC §8: progress = (tokens − min) / (max − min) per series, whatever ``progress`` holds;
+    steps when tokens are missing; a one-revision series sits at 1."""
     ck = paper_grid["checkpoints"].copy()
     ck["progress"] = np.nan
     revs = st.checkpoint_revision_means(ck)
-    g = revs[revs["series"] == "gpt2-small"]
-    assert g["progress"].max() == pytest.approx(1.0)
-    assert g["progress"].min() == pytest.approx(0.2)
+    g = revs[revs["series"] == "gpt2-small"].sort_values("progress")
+    # tokens are total·(r+1)/5, r = 0..4: min–max gives 0, 1/4, 1/2, 3/4, 1
+    assert g["progress"].tolist() == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])
+    assert revs.loc[revs["series"] == "olmo-1b", "progress"].tolist() == [1.0]
+    ck["tokens"] = np.nan  # steps, min–max scaled the same way
+    g2 = st.checkpoint_revision_means(ck).query("series == 'gpt2-small'").sort_values("progress")
+    assert g2["progress"].tolist() == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])
 
 
 # ----------------------------------------------------------------------------
