@@ -5,7 +5,7 @@ Importing this package registers every condition: ``none`` (base),
 (projection after the step), ``freeze_k`` and ``freeze_q`` (not trained).
 """
 
-from interventions.base import REGISTRY, Intervention, make_intervention, register
+from interventions.base import CONTROL, REGISTRY, Intervention, make_intervention, register
 from interventions.freeze import FreezeK, FreezeQ
 from interventions.regularisers import (
     ForcedKContraction,
@@ -15,7 +15,13 @@ from interventions.regularisers import (
 )
 from interventions.spectrum import KSpectrumClamp
 
+#: The paper's six conditions (the presets' grid), in SPEC §5's order.
+PAPER_CONDITIONS: tuple[str, ...] = (CONTROL, ForcedKContraction.name, KSpectrumClamp.name,
+                                     FreezeK.name, FreezeQ.name, QKAlignReg.name)
+
 __all__ = [
+    "CONTROL",
+    "PAPER_CONDITIONS",
     "REGISTRY",
     "ForcedKContraction",
     "FreezeK",

@@ -27,7 +27,10 @@ class Intervention:
     """Base class and the ``none`` condition: every hook is a no-op."""
 
     name: ClassVar[str] = "none"
+    #: How tables and report.md name the condition ("" = its ``name``).
+    label: ClassVar[str] = ""
     #: metric → +1 / −1: the direction SPEC §5 predicts against the matched ``none`` run.
+    #: The only copy: the reducer's confidence scores read it from here.
     predicted: ClassVar[dict[str, int]] = {}
 
     def __post_init__(self) -> None:
@@ -61,11 +64,20 @@ class Intervention:
         return asdict(self)
 
 
-REGISTRY: dict[str, type[Intervention]] = {"none": Intervention}
+#: The control condition every other one is paired with (the base class's name).
+CONTROL: str = Intervention.name
+
+REGISTRY: dict[str, type[Intervention]] = {CONTROL: Intervention}
 
 
 def register(cls: type[Intervention]) -> type[Intervention]:
-    """Class decorator adding an intervention to the registry under ``cls.name``."""
+    """Class decorator adding an intervention to the registry under ``cls.name``.
+
+    Registering a name twice is an error unless it is the same class again (a re-imported module).
+    """
+    old = REGISTRY.get(cls.name)
+    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"intervention {cls.name!r} is already registered by {old.__module__}.{old.__qualname__}")
     REGISTRY[cls.name] = cls
     return cls
 

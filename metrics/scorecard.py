@@ -46,7 +46,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from metrics.stats import COUPLED, PREDICTED, UNCOUPLED, Analysis
+from interventions import PAPER_CONDITIONS
+from metrics import vocabulary as vocab
+from metrics.stats import Analysis
+from model.qk_init import PAPER_INITS, QK_INITS
+
+# The claims are the paper's, so they are about the paper's regimes and conditions;
+# which of them is coupled and what each condition predicts come from the registries.
+COUPLED = next(i for i in PAPER_INITS if QK_INITS[i].coupled)
+UNCOUPLED = tuple(i for i in PAPER_INITS if not QK_INITS[i].coupled)
 
 N_RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -374,7 +382,8 @@ def _intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
               ("freeze_k", "logit_std"): "3.2136"}
     arrows = {+1: "↑", -1: "↓"}
     out = []
-    for cond, pred in PREDICTED.items():
+    for cond in PAPER_CONDITIONS:
+        pred = vocab.predicted(cond)
         for metric, sign in pred.items():
             cid = f"interventions.{cond}.{metric}"
             claim = f"{cond}: {metric} {arrows[sign]} vs matched none (paired Δ)"

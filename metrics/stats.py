@@ -69,20 +69,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from metrics import vocabulary as vocab
+
 # ----------------------------------------------------------------------------
 # vocabulary
 # ----------------------------------------------------------------------------
 
-COUPLED = "qk_identical"
-UNCOUPLED: tuple[str, ...] = ("independent_xavier", "disjoint_support_xavier")
-INITS: tuple[str, ...] = ("independent_xavier", "qk_identical", "disjoint_support_xavier")
-
-#: Table 4 groups: name -> the inits it pools.
-SLOPE_GROUPS: dict[str, tuple[str, ...]] = {
-    "uncoupled": UNCOUPLED,
-    "coupled": (COUPLED,),
-    "pooled": INITS,
-}
+# Regimes, conditions, their groups and predicted directions come from the registries
+# (``metrics.vocabulary``): no regime or condition is named in this module.
 SLOPE_METRICS: tuple[str, ...] = ("pr_q", "pr_k", "pr_q_minus_pr_k")
 CATEGORY_METRICS: tuple[str, ...] = ("attn_entropy", "attn_top1", "qk_erank", "pr_q")
 CATEGORIES: tuple[str, ...] = ("early", "mid", "late")
@@ -100,27 +94,9 @@ BRIDGE_PAIRS: tuple[tuple[str, str], ...] = (
     ("qk_compression", "top1_sharpening"),
 )
 
-INTERVENTIONS: tuple[str, ...] = (
-    "none",
-    "forced_k_contraction",
-    "k_spectrum_clamp",
-    "freeze_k",
-    "freeze_q",
-    "qk_align_reg",
-)
 #: Table 5 metrics; the first four are final layer-means from ``layers``, val_loss from ``epochs``.
 INTERVENTION_LAYER_METRICS: tuple[str, ...] = ("attn_entropy", "logit_std", "qk_erank", "pr_k")
 INTERVENTION_METRICS: tuple[str, ...] = INTERVENTION_LAYER_METRICS + ("val_loss",)
-#: SPEC §5 predicted directions of the paired difference (condition − none): +1 up, −1 down.
-PREDICTED: dict[str, dict[str, int]] = {
-    "forced_k_contraction": {"attn_entropy": -1, "logit_std": +1, "qk_erank": -1},
-    "k_spectrum_clamp": {"attn_entropy": +1, "logit_std": -1, "qk_erank": +1},
-    "freeze_k": {"attn_entropy": +1, "logit_std": -1, "qk_erank": +1},
-    "freeze_q": {"attn_entropy": +1},
-}
-#: Default init of the intervention family (SPEC §5).
-INTERVENTION_DEFAULT_INIT = "independent_xavier"
-
 RUN_ID_COLS: tuple[str, ...] = (
     "sweep",
     "run_id",
@@ -472,8 +448,9 @@ def alignment_section(layers: pd.DataFrame) -> Section:
     out["initial_epoch"] = _epoch_range(init_rows)
     out["final_epoch"] = _epoch_range(fin_rows)
 
-    coupled = fin_rows.loc[fin_rows["init"] == COUPLED, "qk_alignment"].to_numpy(float)
-    unc = fin_rows.loc[fin_rows["init"].isin(UNCOUPLED), "qk_alignment"].to_numpy(float)
+    cpl, uncpl = vocab.coupled_inits(), vocab.uncoupled_inits()
+    coupled = fin_rows.loc[fin_rows["init"].isin(cpl), "qk_alignment"].to_numpy(float)
+    unc = fin_rows.loc[fin_rows["init"].isin(uncpl), "qk_alignment"].to_numpy(float)
     t, p = welch(coupled, unc)
     out["welch_t"], out["welch_p"] = t, p
     out["hedges_g"] = hedges_g(coupled, unc)
@@ -483,7 +460,7 @@ def alignment_section(layers: pd.DataFrame) -> Section:
     )
     if t is None:
         missing["alignment.welch"] = (
-            f"Welch test needs >= 2 final runs of {COUPLED} and >= 2 of the uncoupled inits "
+            f"Welch test needs >= 2 final runs of {', '.join(cpl)} and >= 2 of the uncoupled inits "
             f"(have {out['n_coupled']} and {out['n_uncoupled']})"
         )
 
@@ -491,16 +468,17 @@ def alignment_section(layers: pd.DataFrame) -> Section:
     by_depth_mean = fin_rows.groupby(["depth", "init"], observed=True)["qk_alignment"].mean()
     for depth in sorted(fin_rows["depth"].unique()):
         m = by_depth_mean.loc[depth]
-        unc_means = [m[i] for i in UNCOUPLED if i in m.index and np.isfinite(m[i])]
-        if COUPLED in m.index and unc_means:
-            gaps[str(int(depth))] = _num(m[COUPLED] - max(unc_means))
+        unc_means = [m[i] for i in uncpl if i in m.index and np.isfinite(m[i])]
+        cpl_means = [m[i] for i in cpl if i in m.index]
+        if cpl_means and unc_means:
+            gaps[str(int(depth))] = _num(max(cpl_means) - max(unc_means))
     out["gap_by_depth"] = gaps
     out["final_by_depth"] = {
         str(int(d)): {i: _num(v) for i, v in by_depth_mean.loc[d].items()}
         for d in sorted(fin_rows["depth"].unique())
     }
     if not gaps:
-        missing["alignment.gap_by_depth"] = f"no depth has both {COUPLED} and an uncoupled init"
+        missing["alignment.gap_by_depth"] = f"no depth has both {', '.join(cpl)} and an uncoupled init"
     out["final_by_head"] = final_alignment_by_head(base)
     if not out["final_by_head"]:
         missing["alignment.per_head"] = "no qk_alignment_head values in the store (older schema)"
@@ -551,14 +529,15 @@ def run_slopes(layers: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
 def _slope_groups(slopes: pd.DataFrame, metrics: Sequence[str]) -> tuple[dict, dict[str, str]]:
     out: dict = {}
     missing: dict[str, str] = {}
-    for group, inits in SLOPE_GROUPS.items():
-        sub = slopes[slopes["init"].isin(inits)] if not slopes.empty else slopes
+    groups = vocab.slope_groups()
+    for group, members in groups.items():
+        sub = slopes[slopes["init"].isin(members)] if not slopes.empty else slopes
         out[group] = {
             m: _count_desc(sub[f"{m}_slope"].to_numpy(float) if not sub.empty else np.array([]))
             for m in metrics
         }
         if all(out[group][m]["n"] == 0 for m in metrics):
-            missing[group] = f"no trajectories of {', '.join(inits)} with >= 2 logged epochs"
+            missing[group] = f"no trajectories of {', '.join(members)} with >= 2 logged epochs"
     return out, missing
 
 
@@ -576,7 +555,7 @@ def slopes_section(layers: pd.DataFrame) -> Section:
     groups, miss = _slope_groups(ts, SLOPE_METRICS)
     groups_run, _ = _slope_groups(rs, SLOPE_METRICS)
     missing = {f"slopes.{g}": r for g, r in miss.items()}
-    if len(miss) == len(SLOPE_GROUPS):
+    if len(miss) == len(groups):
         missing = {"slopes": "no baseline trajectory has >= 2 logged epochs"}
     return Section(
         {"slopes": groups, "slopes_per_run": groups_run},
@@ -639,7 +618,7 @@ def bridge_points(layers: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The bridge quantities per uncoupled seed-averaged cell and per uncoupled run trajectory."""
     metrics = [m for m, _ in BRIDGE_QUANTITIES.values()]
     base = baseline(layers)
-    unc = base[base["init"].isin(UNCOUPLED)]
+    unc = base[base["init"].isin(vocab.uncoupled_inits())]
     return {
         "seed_averaged": bridge_quantities(trace_slopes(unc, metrics)),
         "per_seed": bridge_quantities(run_slopes(unc, metrics)),
@@ -649,7 +628,7 @@ def bridge_points(layers: pd.DataFrame) -> dict[str, pd.DataFrame]:
 def bridge_section(layers: pd.DataFrame) -> Section:
     """Figure 3: Pearson r, p, n of the three bridge pairs, seed-averaged and per seed."""
     base = baseline(layers)
-    if base.empty or not base["init"].isin(UNCOUPLED).any():
+    if base.empty or not base["init"].isin(vocab.uncoupled_inits()).any():
         return Section({}, {"bridge": "no uncoupled baseline runs in the store"})
     pts = bridge_points(layers)
     out: dict = {}
@@ -697,7 +676,7 @@ def paired_differences(outcomes: pd.DataFrame) -> pd.DataFrame:
     Runs without a matched ``none`` run are dropped.
     """
     keys = ["preset", "init", "depth", "seed"]
-    none = outcomes[outcomes["intervention"] == "none"][keys + list(INTERVENTION_METRICS)]
+    none = outcomes[outcomes["intervention"] == vocab.CONTROL][keys + list(INTERVENTION_METRICS)]
     none = none.drop_duplicates(keys, keep="last")
     m = outcomes.merge(none, on=keys, how="inner", suffixes=("", "__none"))
     for c in INTERVENTION_METRICS:
@@ -722,7 +701,7 @@ def _condition_stats(runs: pd.DataFrame, pairs: pd.DataFrame, cond: str) -> dict
         }
     entry["n_seeds"] = int(len(r))  # runs of the condition (one per seed), not distinct seed numbers
     entry["n_pairs"] = int(len(p))
-    pred = PREDICTED.get(cond)
+    pred = vocab.predicted(cond)
     entry["predicted"] = {k: ("+" if v > 0 else "-") for k, v in pred.items()} if pred else None
     if not pred or p.empty:
         entry["confidence"] = None
@@ -768,14 +747,14 @@ def interventions_section(layers: pd.DataFrame, epochs: pd.DataFrame) -> Section
     for init in inits:
         r = runs[runs["init"] == init]
         p = pairs[pairs["init"] == init] if not pairs.empty else pairs
-        conds = [c for c in INTERVENTIONS if c in set(r["intervention"])]
-        conds += sorted(set(r["intervention"]) - set(INTERVENTIONS))
+        conds = [c for c in vocab.conditions() if c in set(r["intervention"])]
+        conds += sorted(set(r["intervention"]) - set(vocab.conditions()))
         by_init[init] = {c: _condition_stats(r, p, c) for c in conds}
-    main = INTERVENTION_DEFAULT_INIT if INTERVENTION_DEFAULT_INIT in by_init else inits[0]
+    main = vocab.DEFAULT_INIT if vocab.DEFAULT_INIT in by_init else inits[0]
     out: dict = {"interventions": by_init[main], "interventions_init": main}
     if len(inits) > 1:
         out["interventions_by_init"] = by_init
-    absent = [c for c in INTERVENTIONS if c not in by_init[main]]
+    absent = [c for c in vocab.conditions() if c not in by_init[main]]
     if absent:
         missing["interventions.conditions"] = f"conditions absent for {main}: {', '.join(absent)}"
     return Section(out, missing, {"intervention_runs": runs, "intervention_pairs": pairs})
@@ -870,7 +849,8 @@ def checkpoints_section(checkpoints: pd.DataFrame) -> Section:
 
 def ordered_inits(values: Iterable[str]) -> list[str]:
     present = set(pd.Series(values).dropna().unique().tolist())
-    return [i for i in INITS if i in present] + sorted(present - set(INITS))
+    known = vocab.inits()
+    return [i for i in known if i in present] + sorted(present - set(known))
 
 
 def _epoch_range(frame: pd.DataFrame) -> dict:
@@ -1001,7 +981,7 @@ def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None) -> A
         frames.update(sec.frames)
     base = baseline(layers)
     if not base.empty:
-        absent = [i for i in INITS if i not in set(base["init"])]
+        absent = [i for i in vocab.inits() if i not in set(base["init"])]
         if absent:
             missing["baseline.inits"] = (
                 f"init(s) absent from the baseline: {', '.join(absent)}; groups pool only the inits present"

@@ -1,4 +1,4 @@
-"""Weight initialisation: NanoGPT everywhere, then one of three Q/K regimes (SPEC §1.1).
+"""Weight initialisation: NanoGPT everywhere, then one Q/K regime from the registry (SPEC §1.1).
 
 =========================  ===========================  =============================  ==============
 regime                     W_Q                          W_K                            alignment@init
@@ -12,12 +12,25 @@ xavier = U(−a, a), a = sqrt(6 / (fan_in + fan_out)). S_Q, S_K: a random
 half/half partition of the input coordinates, drawn per layer. q/k biases
 start at zero. Every draw comes from one CPU generator seeded by the run's
 seed, in a fixed order, so (regime, depth, seed) fixes the weights bit for bit.
+
+The registry ``QK_INITS`` maps a regime's name to an ``InitRegime``: its
+function, the label and colour the report uses, and whether it couples W_Q and
+W_K (the "coupled" group of SPEC §8). The built-ins above register themselves
+with ``@register_init``; a researcher's module registers its own the same way
+and is loaded with ``--plugin MODULE``::
+
+    from model.qk_init import register_init
+
+    @register_init("orthogonal_qk", label="Orthogonal Q/K", coupled=False)
+    def orthogonal_qk(w_q, w_k, gen):  # fills both [d_model, d_model] weights in place
+        ...
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +39,47 @@ from model.gpt import GPT, GPTConfig
 
 QKInit = Callable[[Tensor, Tensor, torch.Generator], None]
 
+#: Colours for regimes registered without one (matplotlib's tab10 after the built-ins' three).
+_PALETTE = ("#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
+
+
+@dataclass(frozen=True)
+class InitRegime:
+    """One Q/K regime: everything the study needs of it."""
+
+    name: str  # the store's ``init`` column and the CLI's --inits value
+    fn: QKInit  # fn(w_q, w_k, gen) fills both [d_model, d_model] weights in place
+    label: str  # how tables, figure legends and report.md name it
+    colour: str  # matplotlib colour of its lines and points
+    coupled: bool  # W_K starts tied to W_Q (SPEC §8: the "coupled" group)
+
+    def __call__(self, wq: Tensor, wk: Tensor, gen: torch.Generator) -> None:
+        self.fn(wq, wk, gen)
+
+
+#: name -> regime, in registration order (built-ins first).
+QK_INITS: dict[str, InitRegime] = {}
+
+
+def register_init(name: str, *, label: str, coupled: bool, colour: str | None = None
+                  ) -> Callable[[QKInit], QKInit]:
+    """Function decorator adding a Q/K regime to ``QK_INITS`` under ``name``.
+
+    ``colour=None`` takes the next unused colour of a fixed palette. Registering a
+    name twice is an error unless it is the same function again (a re-imported module).
+    """
+
+    def add(fn: QKInit) -> QKInit:
+        old = QK_INITS.get(name)
+        if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ValueError(f"qk_init {name!r} is already registered by {old.fn.__module__}.{old.fn.__qualname__}")
+        used = {r.colour for n, r in QK_INITS.items() if n != name}
+        chosen = colour or next((c for c in _PALETTE if c not in used), _PALETTE[len(QK_INITS) % len(_PALETTE)])
+        QK_INITS[name] = InitRegime(name, fn, label, chosen, coupled)
+        return fn
+
+    return add
+
 
 def _xavier_(w: Tensor, gen: torch.Generator) -> None:
     fan_out, fan_in = w.shape
@@ -33,18 +87,21 @@ def _xavier_(w: Tensor, gen: torch.Generator) -> None:
     w.uniform_(-a, a, generator=gen)
 
 
+@register_init("independent_xavier", label="Independent Xavier", coupled=False, colour="#1f77b4")
 def independent_xavier(wq: Tensor, wk: Tensor, gen: torch.Generator) -> None:
     """W_Q and W_K: independent xavier draws."""
     _xavier_(wq, gen)
     _xavier_(wk, gen)
 
 
+@register_init("qk_identical", label="QK Identical", coupled=True, colour="#d62728")
 def qk_identical(wq: Tensor, wk: Tensor, gen: torch.Generator) -> None:
     """W_Q xavier; W_K an exact copy (a separate parameter, trained freely)."""
     _xavier_(wq, gen)
     wk.copy_(wq)
 
 
+@register_init("disjoint_support_xavier", label="Disjoint Support Xavier", coupled=False, colour="#2ca02c")
 def disjoint_support_xavier(wq: Tensor, wk: Tensor, gen: torch.Generator) -> None:
     """W_Q on a random half of the input columns, W_K on the other half, each ×√2."""
     d_in = wq.shape[1]
@@ -57,11 +114,10 @@ def disjoint_support_xavier(wq: Tensor, wk: Tensor, gen: torch.Generator) -> Non
         w.mul_(keep.to(w.dtype) * math.sqrt(2.0))
 
 
-QK_INITS: dict[str, QKInit] = {
-    "independent_xavier": independent_xavier,
-    "qk_identical": qk_identical,
-    "disjoint_support_xavier": disjoint_support_xavier,
-}
+#: The paper's three regimes (the presets' grid), in the paper's order.
+PAPER_INITS: tuple[str, ...] = tuple(QK_INITS)
+#: The regime of ``model.train`` and of the intervention family (SPEC §5).
+DEFAULT_INIT = "independent_xavier"
 
 
 def check_qk_init(name: str) -> str:
@@ -91,7 +147,7 @@ def init_weights(model: GPT, qk_init: str, seed: int) -> None:
             module.bias.zero_()
     for block in model.blocks:
         attn = block.attn
-        QK_INITS[qk_init](attn.q_proj.weight, attn.k_proj.weight, gen)
+        QK_INITS[qk_init].fn(attn.q_proj.weight, attn.k_proj.weight, gen)
         attn.q_proj.bias.zero_()
         attn.k_proj.bias.zero_()
 

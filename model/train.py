@@ -25,7 +25,8 @@ from torch import Tensor
 from metrics.probe import probe_layers
 from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, load_corpus, probe_batch
 from model.gpt import GPTConfig
-from model.qk_init import QK_INITS, build_model, check_qk_init
+from model.plugins import add_plugin_flag, preload
+from model.qk_init import DEFAULT_INIT, QK_INITS, build_model, check_qk_init
 
 Status = Literal["running", "completed", "diverged"]
 
@@ -268,10 +269,12 @@ class Trainer:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
+    preload(argv, "python -m model.train")  # --plugin modules: their regimes are valid --init choices
     p = argparse.ArgumentParser(prog="python -m model.train", description="Train one run, no Ray.")
+    add_plugin_flag(p)
     p.add_argument("--corpus", default="stdlib-docs", help="wikitext103, stdlib-docs or a text file")
     p.add_argument("--data-dir", default=None, help="directory holding wiki.train.raw")
-    p.add_argument("--init", default="independent_xavier", choices=sorted(QK_INITS))
+    p.add_argument("--init", default=DEFAULT_INIT, choices=sorted(QK_INITS))
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--seed", type=int, default=37)
     p.add_argument("--epochs", type=int, default=3)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from model.plugins import preload
 from sweep.presets import BASELINE_PRESETS, add_grid_flags, preset_from_args
 from sweep.runner import add_run_flags, run_sweep
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    preload(argv, "python -m sweep.baseline")  # --plugin modules: their names are valid below
     p = argparse.ArgumentParser(prog="python -m sweep.baseline", description=__doc__)
     add_grid_flags(p, BASELINE_PRESETS)
     add_run_flags(p, "baseline-<preset>")

@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
@@ -96,18 +96,22 @@ def _read_lock(store: Store, info: pafs.FileInfo) -> LockInfo:
 
 
 @contextmanager
-def sweep_lock(store: Store, name: str, heartbeat_s: float = HEARTBEAT_S) -> Iterator[str]:
-    """Mark a sweep as writing (``_locks/{name}.json``, refreshed by a daemon thread) while inside."""
+def sweep_lock(store: Store, name: str, heartbeat_s: float = HEARTBEAT_S,
+               clock: Callable[[], float] = time.time) -> Iterator[str]:
+    """Mark a sweep as writing (``_locks/{name}.json``, refreshed by a daemon thread) while inside.
+
+    ``clock`` gives the times written (``started``, each ``heartbeat``): tests inject their own.
+    """
     path = f"{store.base}/_locks/{safe_name(name)}.json"
     token = uuid.uuid4().hex
-    info = {"name": name, "host": socket.gethostname(), "pid": os.getpid(), "token": token, "started": time.time()}
+    info = {"name": name, "host": socket.gethostname(), "pid": os.getpid(), "token": token, "started": clock()}
     for other in locks(store):
         if other.path == path and other.age() < STALE_AFTER_S:
             warnings.warn(f"{other.describe()} looks live; taking it over", stacklevel=3)
     stop = threading.Event()
 
     def beat() -> None:
-        store.put(path, json.dumps({**info, "heartbeat": time.time()}).encode())
+        store.put(path, json.dumps({**info, "heartbeat": clock()}).encode())
 
     def loop() -> None:
         while not stop.wait(heartbeat_s):

@@ -15,6 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
+from model.plugins import add_plugin_flag, preload
 from sweep import baseline, extension, interventions, report, tiny_series
 from sweep.runner import init_ray
 
@@ -27,13 +28,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="runs/report")
     p.add_argument("--tiny-series", default="runs/tiny-series", help="where the tiny checkpoint series is built")
     p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance (default: all)")
+    add_plugin_flag(p)
+    preload(argv, "python -m sweep.demo")
     args = p.parse_args(argv)
+    plugins = [f"--plugin={m}" for m in args.plugin]  # each step imports them (and its Ray workers)
     import ray
 
     t0 = time.perf_counter()
     init_ray(None, args.num_cpus)
     try:
-        common = ["--preset", "demo", "--store", args.store, "--storage", args.storage]
+        common = ["--preset", "demo", "--store", args.store, "--storage", args.storage, *plugins]
         print("== 1/4 baseline sweep (demo preset) ==", flush=True)
         baseline.main(common)
         print("\n== 2/4 interventions (demo preset, 2 seeds) ==", flush=True)
@@ -44,11 +48,11 @@ def main(argv: list[str] | None = None) -> None:
             tiny_series.main(["--out", args.tiny_series])
         # extension.main uses the Ray started above and leaves it running
         extension.main(["--manifest", str(manifest), "--store", args.store, "--actors", "2",
-                        "--n-seqs", "8", "--seq-len", "64"])
+                        "--n-seqs", "8", "--seq-len", "64", *plugins])
     finally:
         ray.shutdown()
     print("\n== 4/4 report ==", flush=True)
-    report.main(["--store", args.store, "--out", args.out])
+    report.main(["--store", args.store, "--out", args.out, *plugins])
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import ray
 import torch
 
+from model.plugins import add_plugin_flag, load_plugins, preload
 from sweep.checkpoint_series import (
     DEFAULT_REVISIONS,
     SERIES,
@@ -93,6 +94,7 @@ class ProbeActor:
     """Probes revisions one at a time and writes each one's rows to the store."""
 
     def __init__(self, settings: ProbeSettings, text: str) -> None:
+        load_plugins(settings.plugins)  # the driver's registrations, in this process too
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one "Loading weights" bar per revision is noise
@@ -298,6 +300,7 @@ def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None) ->
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    preload(argv, "python -m sweep.extension")  # --plugin modules: their names are valid below
     p = argparse.ArgumentParser(prog="python -m sweep.extension", description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--manifest", help="JSON manifest of revisions (see sweep/checkpoint_series.py)")
@@ -320,6 +323,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--num-cpus", type=int, help="CPUs of a local Ray (default: all)")
     p.add_argument("--num-gpus", type=int, help="GPUs of a local Ray (default: detected)")
+    add_plugin_flag(p)
     return p.parse_args(argv)
 
 
@@ -341,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     text = Path(args.text).read_text() if args.text else default_probe_text()
     n_revs = sum(len(s.revisions) for s in manifest.series)
     print(f"[extension] {len(manifest.series)} series, {n_revs} revisions -> {store_uri}")
-    settings = ProbeSettings(store_uri, args.n_seqs, args.seq_len, args.hf_cache, args.cpus_per_actor)
+    settings = ProbeSettings(store_uri, args.n_seqs, args.seq_len, args.hf_cache, args.cpus_per_actor,
+                             tuple(args.plugin))
     started = init_ray(args.address, args.num_cpus, args.num_gpus)
     try:
         with sweep_lock(store, "extension"):

@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from metrics import vocabulary as vocab  # noqa: E402
 from metrics.stats import (  # noqa: E402
     BRIDGE_PAIRS,
     Analysis,
@@ -25,17 +26,6 @@ from metrics.stats import (  # noqa: E402
     ordered_inits,
 )
 
-#: One colour per init, used by every figure.
-INIT_COLORS: dict[str, str] = {
-    "independent_xavier": "#1f77b4",
-    "qk_identical": "#d62728",
-    "disjoint_support_xavier": "#2ca02c",
-}
-INIT_LABELS: dict[str, str] = {
-    "independent_xavier": "Independent Xavier",
-    "qk_identical": "QK Identical",
-    "disjoint_support_xavier": "Disjoint Support Xavier",
-}
 BRIDGE_LABELS: dict[str, str] = {
     "key_spec": "key specialisation\n−slope(PR$_K$)/mean(PR$_K$)  (1/epoch)",
     "qk_compression": "QK$^\\top$ compression\n−slope(erank)/mean(erank)  (1/epoch)",
@@ -57,11 +47,13 @@ FIGURE_NAMES = ("fig1_alignment", "fig2_pr", "fig3_bridge", "figA_checkpoints")
 
 
 def color(init: str) -> str:
-    return INIT_COLORS.get(init, "#7f7f7f")
+    """The regime's registered colour (grey for a name no registry knows)."""
+    return vocab.init_colour(init)
 
 
 def label(init: str) -> str:
-    return INIT_LABELS.get(init, init)
+    """The regime's registered label (the raw name for a name no registry knows)."""
+    return vocab.init_label(init)
 
 
 def _save(fig, out: Path, name: str) -> list[Path]:

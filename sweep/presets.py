@@ -12,13 +12,14 @@ import argparse
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from interventions import CONTROL, PAPER_CONDITIONS
 from interventions import REGISTRY as INTERVENTIONS
 from model.gpt import GPTConfig
-from model.qk_init import QK_INITS
+from model.qk_init import DEFAULT_INIT, PAPER_INITS, QK_INITS
 from model.train import TrainConfig
 from sweep.schema import run_id
 
-INITS = tuple(QK_INITS)
+INITS = PAPER_INITS  # the paper's regimes; QK_INITS also holds those a --plugin registered
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Preset:
     seeds: tuple[int, ...]
     epochs: int
     steps_per_epoch: int | None  # None: one pass over the training split per epoch
-    conditions: tuple[str, ...] = ("none",)
+    conditions: tuple[str, ...] = (CONTROL,)
     data_dir: str | None = None  # directory holding wiki.train.raw (wikitext103)
     n_head: int = 4
     d_model: int = 256
@@ -87,7 +88,7 @@ class Cell:
     init: str
     depth: int
     seed: int
-    intervention: str = "none"
+    intervention: str = CONTROL
 
     @property
     def run_id(self) -> str:
@@ -121,7 +122,7 @@ GRID_AXES = ("depths", "inits", "seeds", "conditions")
 
 PAPER_SEEDS = (37, 42, 105, 210)
 INTERVENTION_SEEDS = (7, 37, 42, 105, 210)
-ALL_CONDITIONS = ("none", "forced_k_contraction", "k_spectrum_clamp", "freeze_k", "freeze_q", "qk_align_reg")
+ALL_CONDITIONS = PAPER_CONDITIONS
 
 _DEMO_SHAPE = dict(corpus="stdlib-docs", n_head=4, d_model=64, d_mlp=256, context=64, batch_size=16,
                    lr=1e-3, eval_batches=4, probe_seqs=16,
@@ -138,12 +139,12 @@ BASELINE_PRESETS: dict[str, Preset] = {
 }
 
 INTERVENTION_PRESETS: dict[str, Preset] = {
-    "paper": Preset("paper", "interventions", "wikitext103", (8,), ("independent_xavier",),
+    "paper": Preset("paper", "interventions", "wikitext103", (8,), (DEFAULT_INIT,),
                     INTERVENTION_SEEDS, 15, None, conditions=ALL_CONDITIONS),
-    "demo": Preset("demo", "interventions", depths=(8,), inits=("independent_xavier",),
+    "demo": Preset("demo", "interventions", depths=(8,), inits=(DEFAULT_INIT,),
                    seeds=INTERVENTION_SEEDS, epochs=6, steps_per_epoch=30, conditions=ALL_CONDITIONS,
                    **_DEMO_SHAPE),
-    "smoke": Preset("smoke", "interventions", depths=(2,), inits=("independent_xavier",), seeds=(7,),
+    "smoke": Preset("smoke", "interventions", depths=(2,), inits=(DEFAULT_INIT,), seeds=(7,),
                     epochs=2, steps_per_epoch=2, conditions=ALL_CONDITIONS, **_SMOKE_SHAPE),
 }
 
@@ -164,12 +165,12 @@ def add_grid_flags(p: argparse.ArgumentParser, presets: dict[str, Preset], condi
     g = p.add_argument_group("grid (override the preset)")
     g.add_argument("--preset", default="demo", help=f"one of {', '.join(presets)} (default demo)")
     g.add_argument("--depths", type=_ints, help="comma-separated layer counts, e.g. 4,6,8")
-    g.add_argument("--inits", type=_names, help=f"comma-separated subset of {', '.join(INITS)}")
+    g.add_argument("--inits", type=_names, help=f"comma-separated subset of {', '.join(QK_INITS)}")
     g.add_argument("--seeds", type=int, metavar="N", help="the first N of the preset's seeds")
     g.add_argument("--seed-list", type=_ints, help="explicit comma-separated seeds")
     if conditions:
         g.add_argument("--conditions", type=_names,
-                       help=f"comma-separated subset of {', '.join(ALL_CONDITIONS)}")
+                       help=f"comma-separated subset of {', '.join(INTERVENTIONS)}")
     g.add_argument("--epochs", type=int)
     g.add_argument("--steps-per-epoch", type=int)
     g.add_argument("--corpus", help="wikitext103, stdlib-docs or a text file")

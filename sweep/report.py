@@ -1,6 +1,7 @@
 """The reducer: read the store, compute SPEC §8, write stats.json, tables, figures and report.md.
 
     python -m sweep.report [--store runs/store] [--out runs/report] [--no-figures] [--preset NAME]
+                           [--plugin MODULE ...]
 
 ``build_report(tables, out)`` does the same on in-memory DataFrames. The
 report works on whatever the store holds (an empty store included) and lists
@@ -29,6 +30,8 @@ import pandas as pd
 
 from metrics import scorecard as sc
 from metrics import stats as st
+from metrics import vocabulary as vocab
+from model.plugins import add_plugin_flag, preload
 from sweep import tables as tb
 from sweep.schema import TABLES
 from sweep.store import Store, safe_name
@@ -106,6 +109,13 @@ def skipped_file(base: str, path: str, error: str) -> dict:
             "sections": list(sections)}
 
 
+def unknown_names(tables: dict[str, pd.DataFrame]) -> dict[str, list[str]]:
+    """Regime and condition names in the store that no registry knows (a plugin not loaded)."""
+    runs = [t for t in (tables.get("layers"), tables.get("epochs")) if t is not None and not t.empty]
+    seen = {c: [v for t in runs if c in t for v in t[c].unique()] for c in ("init", "intervention")}
+    return vocab.unknown_names(seen["init"], seen["intervention"])
+
+
 # ----------------------------------------------------------------------------
 # prose: one sentence per table/figure, computed from the numbers
 # ----------------------------------------------------------------------------
@@ -131,7 +141,8 @@ def _sentence_alignment(s: dict) -> str:
     if a.get("welch_t") is not None:
         text += (
             f" Welch t = {a['welch_t']:.2f}, p = {_p(a['welch_p'])}, Hedges' g = {_f(a['hedges_g'], '.2f')}"
-            f" (QK Identical n = {a['n_coupled']} vs uncoupled n = {a['n_uncoupled']})."
+            f" ({' + '.join(map(tb_label, vocab.coupled_inits()))} n = {a['n_coupled']}"
+            f" vs uncoupled n = {a['n_uncoupled']})."
         )
     gaps = a.get("gap_by_depth") or {}
     if gaps:
@@ -144,11 +155,7 @@ def _sentence_alignment(s: dict) -> str:
 
 
 def tb_label(init: str) -> str:
-    return {
-        "independent_xavier": "Independent Xavier",
-        "qk_identical": "QK Identical",
-        "disjoint_support_xavier": "Disjoint Support Xavier",
-    }.get(init, init)
+    return vocab.init_label(init)
 
 
 def _sentence_slopes(s: dict) -> str:
@@ -208,7 +215,7 @@ def _sentence_interventions(s: dict) -> str:
     init = s.get("interventions_init")
     out = []
     for cond, e in iv.items():
-        if cond == "none":
+        if cond == vocab.CONTROL:
             continue
         deltas = ", ".join(
             f"Δ{m} {e[m]['delta']:+.3g}"
@@ -221,8 +228,9 @@ def _sentence_interventions(s: dict) -> str:
             conf = f"every predicted direction holds in {k} of {n} seeds (confidence {e['confidence']:.2f})"
         else:
             conf = "no predicted direction (no confidence score)"
-        out.append(f"{cond}: {deltas or 'no paired deltas'}; {conf}.")
-    return f"Paired differences from the matched `none` run ({init}): " + " ".join(out)
+        out.append(f"{vocab.condition_label(cond)}: {deltas or 'no paired deltas'}; {conf}.")
+    return (f"Paired differences from the matched `{vocab.CONTROL}` run ({tb_label(init)}): "
+            + " ".join(out))
 
 
 def _sentence_checkpoints(s: dict) -> str:
@@ -270,6 +278,13 @@ def _provenance_md(s: dict) -> list[str]:
         )
     for n in s.get("notes", []):
         lines.append(f"- note: {n}")
+    unknown = s.get("unknown_names") or {}
+    if any(unknown.values()):
+        lines.append(
+            "- unknown names (no registry entry: load the module that defines them with "
+            "`--plugin MODULE`; shown by their raw names, in grey): "
+            + "; ".join(f"{kind} {', '.join(names)}" for kind, names in unknown.items() if names)
+        )
     return lines + [""]
 
 
@@ -462,6 +477,7 @@ def _report_one(
     an = st.compute_all(tables, preset=preset)
     s = an.stats
     label = preset if preset is not None else (s["provenance"]["presets"] or [None])[0]
+    s["unknown_names"] = unknown_names(tables)
     frames = tb.build_tables(s)
     if not s["provenance"]["paper_scale"]:
         # keep the comparison table honest: our numbers are not at paper scale
@@ -573,10 +589,11 @@ def headline(s: dict) -> list[str]:
     a = s.get("alignment")
     if a:
         fin = a["final"]
-        c = fin.get(st.COUPLED, {}).get("mean")
-        unc = [fin[i]["mean"] for i in st.UNCOUPLED if i in fin and fin[i]["mean"] is not None]
+        cpl = [i for i in vocab.coupled_inits() if i in fin]
+        c = fin[cpl[0]]["mean"] if cpl else None
+        unc = [fin[i]["mean"] for i in vocab.uncoupled_inits() if i in fin and fin[i]["mean"] is not None]
         lines.append(
-            f"final alignment: qk_identical {_f(c)} vs uncoupled "
+            f"final alignment: {'/'.join(cpl) or 'coupled'} {_f(c)} vs uncoupled "
             f"{'/'.join(_f(u) for u in unc) or 'n/a'} (Welch p = {_p(a.get('welch_p'))}, g = {_f(a.get('hedges_g'), '.2f')})"
         )
     sl = s.get("slopes")
@@ -608,7 +625,9 @@ def headline(s: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    preload(argv, "python -m sweep.report")  # --plugin modules: labels and colours of their names
     ap = argparse.ArgumentParser(prog="python -m sweep.report", description=__doc__.splitlines()[0])
+    add_plugin_flag(ap)
     ap.add_argument("--store", default="runs/store", help="store root (path or pyarrow URI)")
     ap.add_argument("--out", default="runs/report", help="output directory")
     ap.add_argument("--no-figures", action="store_true", help="skip figure rendering")

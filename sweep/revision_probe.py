@@ -48,6 +48,7 @@ class ProbeSettings:
     seq_len: int = 128
     hf_cache: str | None = None  # None = huggingface_hub's default cache, shared by a node's actors
     threads: int = 1
+    plugins: tuple[str, ...] = ()  # --plugin modules, imported again in every actor
 
 
 class RevisionError(RuntimeError):

@@ -14,12 +14,13 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from interventions import CONTROL
 from model.corpus import Corpus, load_corpus
+from model.plugins import add_plugin_flag
 from sweep.presets import Preset
 from sweep.store import Store, StoreError, sweep_lock
 
@@ -41,6 +42,7 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     g.add_argument("--resume", action="store_true",
                    help="continue an interrupted experiment (also automatic when one exists)")
     g.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
+    add_plugin_flag(g)
     g.add_argument("--fail-after-epoch", type=int, help=argparse.SUPPRESS)  # tests: inject one crash
     g.add_argument("--failure-marker-dir", help=argparse.SUPPRESS)
 
@@ -71,7 +73,7 @@ def init_ray(address: str | None, num_cpus: int | None) -> bool:
 
 def _reporter(preset: Preset):
     cell = {"cell/init": "init", "cell/depth": "depth", "cell/seed": "seed"}
-    if len(preset.conditions) > 1 or preset.conditions != ("none",):
+    if preset.conditions != (CONTROL,):
         cell = {"cell/intervention": "condition", **cell}
     from sweep.progress import EtaReporter
 
@@ -124,16 +126,17 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
         gpus = args.gpus_per_trial
         if gpus is None:
             gpus = 0.25 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
-        options: dict[str, Any] = {
-            "store": store_uri, "cpus_per_trial": args.cpus_per_trial, "compile": args.compile,
-            "checkpoint_every": args.checkpoint_every, "fail_after_epoch": args.fail_after_epoch,
-            # test-only; a local folder even when the storage is remote
-            "failure_marker_dir": args.failure_marker_dir or str(Path("runs/markers").resolve() / name),
-        }
-        from sweep.trial import train_cell
+        from sweep.trial import TrialOptions, train_cell
 
+        options = TrialOptions(
+            store=store_uri, storage=storage, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=gpus,
+            checkpoint_every=args.checkpoint_every, compile=args.compile,
+            plugins=tuple(getattr(args, "plugin", ()) or ()), fail_after_epoch=args.fail_after_epoch,
+            # test-only; a local folder even when the storage is remote
+            failure_marker_dir=args.failure_marker_dir or str(Path("runs/markers").resolve() / name),
+        )
         trainable = tune.with_resources(tune.with_parameters(train_cell, corpus=corpus),
-                                        {"cpu": args.cpus_per_trial, "gpu": gpus})
+                                        {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
         # Tune's classic CLIReporter (the columns we choose) is only used with the old output engine.
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         # num_to_keep bounds disk use; the snapshots it forces are cheap next to an epoch.
@@ -144,7 +147,8 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
         else:
             tuner = tune.Tuner(
                 trainable,
-                param_space={"cell": tune.grid_search([c.to_config() for c in cells]), "options": options},
+                param_space={"cell": tune.grid_search([c.to_config() for c in cells]),
+                             "options": options.to_config()},
                 tune_config=tune.TuneConfig(max_concurrent_trials=args.max_concurrent or None,
                                             trial_name_creator=_trial_name,
                                             trial_dirname_creator=_trial_dirname),

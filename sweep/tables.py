@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from metrics import vocabulary as vocab
 from metrics.stats import INTERVENTION_METRICS, PAPER_REFERENCE
 
 TABLE_NAMES = (
@@ -54,6 +55,7 @@ def table3_alignment(stats: dict) -> pd.DataFrame | None:
         ini = a["initial"].get(init, {})
         row = {
             "init": init,
+            "label": vocab.init_label(init),
             "n_runs": fin["n"],
             "initial_mean": ini.get("mean"),
             "initial_sd": ini.get("sd"),
@@ -69,7 +71,7 @@ def table3_alignment(stats: dict) -> pd.DataFrame | None:
 
 
 def table3_contrast(stats: dict) -> pd.DataFrame | None:
-    """Welch test, Hedges' g and the per-depth gap of qk_identical vs the uncoupled inits."""
+    """Welch test, Hedges' g and the per-depth gap of the coupled vs the uncoupled inits."""
     a = stats.get("alignment")
     if not a:
         return None
@@ -112,7 +114,8 @@ def table5_interventions(stats: dict) -> pd.DataFrame | None:
     rows = []
     for init, conds in blocks.items():
         for cond, e in conds.items():
-            row = {"init": init, "condition": cond, "n_seeds": e["n_seeds"]}
+            row = {"init": init, "condition": cond, "label": vocab.condition_label(cond),
+                   "n_seeds": e["n_seeds"]}
             for m in INTERVENTION_METRICS:
                 row[f"{m}_mean"] = e[m]["mean"]
                 row[f"{m}_sd"] = e[m]["sd"]
@@ -123,16 +126,17 @@ def table5_interventions(stats: dict) -> pd.DataFrame | None:
 
 
 def table5_deltas(stats: dict) -> pd.DataFrame | None:
-    """Per condition: paired difference from ``none`` (mean over seeds) and direction fractions."""
+    """Per condition: paired difference from the control (mean over seeds) and direction fractions."""
     blocks = _intervention_blocks(stats)
     if not blocks:
         return None
     rows = []
     for init, conds in blocks.items():
         for cond, e in conds.items():
-            if cond == "none":
+            if cond == vocab.CONTROL:
                 continue
-            row = {"init": init, "condition": cond, "n_pairs": e["n_pairs"]}
+            row = {"init": init, "condition": cond, "label": vocab.condition_label(cond),
+                   "n_pairs": e["n_pairs"]}
             for m in INTERVENTION_METRICS:
                 row[f"delta_{m}"] = e[m]["delta"]
             pred = e.get("predicted") or {}
@@ -227,7 +231,7 @@ def reference_rows(stats: dict) -> list[tuple[str, object, object]]:
         )
     rows.append(
         (
-            "Welch p (qk_identical vs uncoupled)",
+            f"Welch p ({'/'.join(vocab.coupled_inits())} vs uncoupled)",
             R["alignment"]["welch_p"],
             _get(stats, "alignment", "welch_p"),
         )
@@ -274,7 +278,7 @@ def reference_rows(stats: dict) -> list[tuple[str, object, object]]:
     vals = [
         _get(e, "val_loss", "mean")
         for c, e in (stats.get("interventions") or {}).items()
-        if c != "none"
+        if c != vocab.CONTROL
     ]
     vals = [v for v in vals if v is not None]
     ours = f"{min(vals):.4f}–{max(vals):.4f}" if vals else None

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,45 @@ from ray import tune
 
 from interventions import make_intervention
 from model.corpus import Corpus
+from model.plugins import load_plugins
 from model.train import EpochReport, Trainer
 from sweep.presets import Cell
 from sweep.store import Store
 
 STATE_FILE = "trainer.pt"
 FAILURE_MARKER = ".injected_failure_done"
+
+
+@dataclass(frozen=True)
+class TrialOptions:
+    """Everything a trial needs besides its cell: what crosses from the driver into Tune.
+
+    Travels in the Tune config as ``to_config()`` (plain scalars, kept in the
+    experiment state, so a resumed sweep runs its trials with the options it started with).
+    """
+
+    store: str  # the Parquet store's root URI, absolute
+    storage: str  # Tune's storage URI, absolute (for the record: Tune itself is told in RunConfig)
+    cpus_per_trial: float = 1.0  # Ray CPUs per trial = torch threads
+    gpus_per_trial: float = 0.0  # Ray GPU fraction per trial (the CPU runs it when torch sees none)
+    checkpoint_every: int = 1  # epochs between Tune checkpoints (the last epoch always checkpoints)
+    compile: bool = False  # torch.compile the model (CUDA only)
+    plugins: tuple[str, ...] = ()  # modules imported first in every trial process (--plugin)
+    fail_after_epoch: int | None = None  # tests: SIGKILL the worker once after this epoch's rows
+    failure_marker_dir: str | None = None  # tests: where the one-time failure is remembered
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        if self.fail_after_epoch is not None and not self.failure_marker_dir:
+            raise ValueError("fail_after_epoch needs failure_marker_dir")
+
+    def to_config(self) -> dict[str, Any]:
+        return {**asdict(self), "plugins": list(self.plugins)}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> TrialOptions:
+        return cls(**{**config, "plugins": tuple(config.get("plugins", ()))})
 
 
 def layer_mean(rows: list[dict[str, Any]], column: str) -> float | None:
@@ -54,20 +88,17 @@ def tune_metrics(report: EpochReport) -> dict[str, Any]:
     }
 
 
-def _device(options: dict[str, Any]) -> str:
-    if options.get("device", "auto") != "auto":
-        return options["device"]
+def _device() -> str:
     # Logical GPUs (tests, CPU-only torch) get the CPU: Ray counts, torch decides.
     return "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
 
 
-def _maybe_inject_failure(epoch: int, options: dict[str, Any]) -> None:
+def _maybe_inject_failure(epoch: int, options: TrialOptions) -> None:
     """Test-only: kill this worker process once, after epoch k's rows are written
     but before its checkpoint is reported, so the retry replays epoch k."""
-    fail_at = options.get("fail_after_epoch")
-    if fail_at is None or epoch != fail_at:
+    if options.fail_after_epoch is None or epoch != options.fail_after_epoch:
         return
-    marker = Path(options["failure_marker_dir"]) / f"{tune.get_context().get_trial_id()}{FAILURE_MARKER}"
+    marker = Path(options.failure_marker_dir) / f"{tune.get_context().get_trial_id()}{FAILURE_MARKER}"
     if marker.exists():
         return
     marker.parent.mkdir(parents=True, exist_ok=True)
@@ -76,16 +107,17 @@ def _maybe_inject_failure(epoch: int, options: dict[str, Any]) -> None:
 
 
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
-    """Tune function trainable. ``config = {"cell": Cell.to_config(), "options": {...}}``."""
+    """Tune function trainable. ``config = {"cell": Cell.to_config(), "options": TrialOptions.to_config()}``."""
+    options = TrialOptions.from_config(config["options"])
+    load_plugins(options.plugins)  # before the cell's names are checked against the registries
     cell = Cell.from_config(config["cell"])
-    options = config["options"]
     for noisy in ("ray.train", "ray.tune"):  # one INFO line per checkpoint otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    torch.set_num_threads(max(1, int(options.get("cpus_per_trial", 1))))
+    torch.set_num_threads(max(1, int(options.cpus_per_trial)))
     preset = cell.preset
     intervention = make_intervention(cell.intervention)
     trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
-                      preset.train_config(cell.seed, _device(options), options.get("compile", False)),
+                      preset.train_config(cell.seed, _device(), options.compile),
                       corpus, cell.init, cell.seed, intervention)
     checkpoint = tune.get_checkpoint()
     restored_epoch = -1  # stored and reported already, with the checkpoint
@@ -93,9 +125,9 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
         with checkpoint.as_directory() as d:
             trainer.load_state_dict(torch.load(Path(d) / STATE_FILE, weights_only=False))
         restored_epoch = trainer.epoch
-    store = Store(options["store"])
+    store = Store(options.store)
     identity = cell.identity()
-    every = options.get("checkpoint_every", 1)
+    every = options.checkpoint_every
 
     def on_epoch(report: EpochReport) -> None:
         if report.epoch <= restored_epoch:  # Trainer.run re-measures epoch 0 when restored there

@@ -1,10 +1,6 @@
 """A throw-away S3 endpoint (moto's standalone server) for tests.
 
-Reuse from any test module in tests/::
-
-    import s3_server
-
-    s3_endpoint = s3_server.s3_endpoint  # module-scoped fixture: server up, AWS_* env set
+The module-scoped fixture ``s3_endpoint`` (tests/conftest.py) starts it for a test module::
 
     def test_x(s3_endpoint):
         bucket = s3_server.create_bucket(s3_endpoint)  # fresh bucket name
@@ -24,8 +20,6 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import pytest
 
 #: Variables that could point the AWS SDKs elsewhere; cleared and restored around tests.
 AWS_VARS = (
@@ -85,10 +79,3 @@ def create_bucket(endpoint: str, name: str | None = None) -> str:
     name = name or f"qkgeom-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=name)
     return name
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    """A moto S3 server for the module, with the AWS_* environment pointing at it."""
-    with moto_server() as endpoint, aws_env(endpoint):
-        yield endpoint

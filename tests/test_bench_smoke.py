@@ -19,25 +19,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """One throw-away local cluster (2 CPUs, 1 logical GPU) for the benchmarks that use Ray."""
+def ray_cluster(ray_env):
+    """One throw-away local cluster (2 CPUs, 1 logical GPU) for the benchmarks that use Ray.
+
+    ``ray_env`` (tests/conftest.py) restores the environment after the module, PYTHONPATH included.
+    """
     import ray
 
-    if ray.is_initialized():
-        yield ray
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # our own throw-away cluster only
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), old) if p)  # workers import bench
+    ray_env.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), old) if p))  # workers import bench
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:
         yield ray
     finally:
         ray.shutdown()
-        if old is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old
 
 
 def _check(out: dict, keys: set[str]) -> None:

@@ -8,23 +8,18 @@ import time
 
 import pytest
 from ray import tune
-from test_sweep_ray import (  # noqa: F401 - ray_test_env: the autouse env fixture applies here too
-    assert_store_complete,
-    dirs,
-    ray_test_env,
-    worker_cluster,
-)
+from sweep_helpers import assert_store_complete, dirs
 
 from sweep import baseline
 from sweep.store import Store
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_env")]  # ray_env: tests/conftest.py
 
 EPOCHS = 10
 
 
 @pytest.fixture
-def two_nodes():
+def two_nodes(worker_cluster):
     # detect the lost node within seconds rather than the default ~30 s
     fast_health_check = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
     with worker_cluster(2, fast_health_check, num_cpus=2) as nodes:

@@ -11,7 +11,7 @@ import pytest
 
 from sweep import report, tables
 from sweep.schema import SCHEMAS
-from tests.synthetic import make_synthetic_store, write_store
+from sweep.synthetic import make_synthetic_store, write_store
 
 ALL_TABLES = (
     "table3_alignment",
@@ -265,12 +265,9 @@ def test_load_tables_reads_the_store(tmp_path):
     assert all(df.empty and list(df.columns) == SCHEMAS[t].names for t, df in empty.items())
 
 
-def test_build_report_is_fast_without_figures(tmp_path):
-    import time
-
+def test_build_report_without_figures(tmp_path):
+    # its time (<= 5 s on the paper grid) is a target of bench/reducer_scaling.py, not a test
     tb = make_synthetic_store()
-    t = time.perf_counter()
     s = report.build_report(tb, tmp_path, figures=False)
-    assert time.perf_counter() - t < 5.0
     assert s["outputs"]["figures"] == []
     assert "figures.fig1_alignment" not in s["missing"]  # not drawn is not missing

@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
@@ -291,16 +292,33 @@ def test_compaction_crash_midway_is_recoverable(tmp_path: Path, monkeypatch: pyt
     assert len(data_files(tmp_path, "layers")) == 2 and not validate(store).pending
 
 
+class StepClock:
+    """An injected clock: each call returns the next whole second after ``start``; ``calls``
+    is set once it has been read ``n`` times (so a test waits for beats, not for wall time)."""
+
+    def __init__(self, start: float, n: int) -> None:
+        self.start, self.n, self.k = start, n, 0
+        self.calls = threading.Event()
+
+    def __call__(self) -> float:
+        self.k += 1
+        if self.k >= self.n:
+            self.calls.set()
+        return self.start + self.k
+
+
 def test_compact_refuses_while_sweep_is_locked(tmp_path: Path) -> None:
     store = Store(str(tmp_path))
     fill(store, seeds=1, epochs=2)
-    with sweep_lock(store, "baseline", heartbeat_s=0.05):
+    # reads: 1 ``started``, 2 the first beat, 3 the daemon's first beat, 4 its second (so 3 is written)
+    clock = StepClock(time.time(), n=4)
+    with sweep_lock(store, "baseline", heartbeat_s=0.01, clock=clock):
         (lock,) = locks(store)
-        first = lock.heartbeat
+        assert lock.heartbeat - clock.start in (2, 3)  # the injected clock's time, not the wall's
         with pytest.raises(StoreError, match=r"baseline.*pid.*--force"):
             compact(store)
-        time.sleep(0.3)
-        assert locks(store)[0].heartbeat > first  # the daemon thread beats
+        assert clock.calls.wait(timeout=30), "the daemon thread did not beat"
+        assert locks(store)[0].heartbeat >= clock.start + 3  # the daemon thread beats
         assert compact(store, force=True).dirs == 2
     assert locks(store) == [] and not (tmp_path / "_locks" / "baseline.json").exists()
     store.write_epoch(epoch_row(2))

@@ -14,8 +14,6 @@ from test_store import fill, layer_rows
 from sweep.compact import compact, validate
 from sweep.store import Store, StoreError
 
-s3_endpoint = s3_server.s3_endpoint  # module-scoped fixture: moto server + AWS_* environment
-
 
 def closed_port() -> int:
     with socket.socket() as s:

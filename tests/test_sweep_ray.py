@@ -9,7 +9,6 @@ Sweeps use the ``smoke`` preset, so trial start-up dominates the time.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -19,62 +18,20 @@ import threading
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import ray
 from ray import tune
+from sweep_helpers import assert_store_complete, dirs
 
 from sweep import baseline, browse, interventions
-from sweep.compact import validate
 from sweep.presets import ALL_CONDITIONS, BASELINE_PRESETS
 from sweep.store import Store
 from sweep.trial import FAILURE_MARKER
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_env")]  # ray_env: tests/conftest.py
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = BASELINE_PRESETS["smoke"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_test_env():
-    """Throw-away clusters on this machine: no token auth; no stray cluster address."""
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    os.environ.pop("RAY_ADDRESS", None)
-    if ray.is_initialized():
-        ray.shutdown()
-    yield
-    if ray.is_initialized():
-        ray.shutdown()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-def dirs(tmp: Path, name: str) -> list[str]:
-    return ["--store", str(tmp / "store"), "--storage", str(tmp / "ray"), "--name", name]
-
-
-def assert_store_complete(store: Store, runs: int, epochs: int, layer_rows: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One row per (run, epoch) and (run, epoch, layer), epochs 0..epochs, every run completed."""
-    report = validate(store)
-    assert report.ok, str(report)
-    ep = store.read("epochs")
-    ly = store.read("layers")
-    assert ep["run_id"].nunique() == runs
-    assert len(ep) == runs * (epochs + 1)
-    for run, group in ep.groupby("run_id"):
-        assert sorted(group["epoch"]) == list(range(epochs + 1)), run
-        last = group.loc[group["epoch"] == epochs, "status"].item()
-        assert last == "completed", (run, last)
-    assert not ly.duplicated(["run_id", "epoch", "layer"]).any()
-    assert len(ly) == layer_rows
-    for (run, epoch), group in ly.groupby(["run_id", "epoch"]):
-        assert sorted(group["layer"]) == list(range(int(group["depth"].iloc[0]))), (run, epoch)
-    return ep, ly
 
 
 def files_mtimes(store_root: Path, run_ids) -> dict[str, int]:
@@ -89,27 +46,8 @@ def files_mtimes(store_root: Path, run_ids) -> dict[str, int]:
 # --- several nodes on one machine (runs first: it needs its own cluster) --------------------
 
 
-@contextlib.contextmanager
-def worker_cluster(n_workers: int, system_config: dict | None = None, **worker_resources):
-    """A CPU-only head (no trials) and ``n_workers`` nodes with ``worker_resources``; Ray connected."""
-    from ray.cluster_utils import Cluster
-
-    head = {"num_cpus": 0, "include_dashboard": False}
-    if system_config:
-        head["_system_config"] = system_config
-    cluster = Cluster(initialize_head=True, head_node_args=head)
-    workers = [cluster.add_node(**worker_resources) for _ in range(n_workers)]
-    try:
-        ray.init(address=cluster.address)
-        cluster.wait_for_nodes()
-        yield cluster, workers
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-
-
 @pytest.fixture
-def two_gpu_nodes():
+def two_gpu_nodes(worker_cluster):
     """Two worker nodes with 4 CPUs and 1 logical GPU each."""
     with worker_cluster(2, num_cpus=4, num_gpus=1) as nodes:
         yield nodes

@@ -28,9 +28,8 @@ from sweep.compact import validate
 from sweep.presets import BASELINE_PRESETS
 from sweep.store import Store, StoreError
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_env")]  # fixtures: tests/conftest.py
 
-s3_endpoint = s3_server.s3_endpoint  # module-scoped: moto server + AWS_* environment
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = BASELINE_PRESETS["smoke"]
 #: The sweep run on S3 and, for the timing, on local disk: the smoke grid for one init (2 trials).
@@ -39,23 +38,6 @@ CELLS = [c for c in SMOKE.cells() if c.init == "independent_xavier"]
 SMOKE_LAYER_ROWS = (SMOKE.epochs + 1) * sum(c.depth for c in CELLS)
 SMOKE_RUNS = len(CELLS)
 TIMINGS: dict[str, float] = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_test_env():
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    os.environ.pop("RAY_ADDRESS", None)
-    if ray.is_initialized():
-        ray.shutdown()
-    yield
-    if ray.is_initialized():
-        ray.shutdown()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def closed_port() -> int:

@@ -1,0 +1,57 @@
+"""``--plugin MODULE``: import a researcher's module so its registrations take effect.
+
+A plugin module registers init regimes (``@register_init`` in ``model.qk_init``)
+and conditions (``@register`` in ``interventions``) at import time. Every entry
+point calls ``preload(argv, prog)`` before it builds its parser, so the new
+names are valid choices when the inputs are checked; the Ray trainable and the
+probe actors import the same modules again in their own processes (the list
+travels in ``sweep.trial.TrialOptions.plugins`` / ``ProbeSettings.plugins``).
+The module must be importable where it runs: on ``PYTHONPATH`` or installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+
+PLUGIN_HELP = ("import MODULE first (repeatable): a module that registers init regimes or "
+               "conditions; it is imported again in every Ray worker")
+
+
+class PluginError(ImportError):
+    """A ``--plugin`` module cannot be imported."""
+
+
+def load_plugins(modules: Iterable[str]) -> list[ModuleType]:
+    """Import each module (a no-op for one already imported); one clear error for the first failure."""
+    loaded = []
+    for name in modules:
+        try:
+            loaded.append(importlib.import_module(name))
+        except Exception as exc:  # ImportError, or an error raised by the module's own code
+            raise PluginError(
+                f"--plugin {name}: cannot import it ({type(exc).__name__}: {exc}); "
+                "give a dotted module name importable from the working directory or PYTHONPATH"
+            ) from exc
+    return loaded
+
+
+def add_plugin_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE", help=PLUGIN_HELP)
+
+
+def preload(argv: Sequence[str] | None, prog: str) -> tuple[str, ...]:
+    """Import the ``--plugin`` modules named in ``argv`` (None: sys.argv) before the real parse.
+
+    Returns their names; a module that cannot be imported exits with one line naming it.
+    """
+    pre = argparse.ArgumentParser(add_help=False)
+    add_plugin_flag(pre)
+    known, _ = pre.parse_known_args(argv)
+    try:
+        load_plugins(known.plugin)
+    except PluginError as err:
+        raise SystemExit(f"{prog}: {err}") from None
+    return tuple(known.plugin)

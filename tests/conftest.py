@@ -1,0 +1,85 @@
+"""Fixtures shared by the test modules (pytest finds them here; no test module imports another).
+
+- ``ray_env`` (module): throw-away Ray clusters on this machine: ``RAY_AUTH_MODE=disabled``
+  and no ``RAY_ADDRESS``, set through ``MonkeyPatch`` so both are restored after the
+  module; any Ray left running is shut down before and after. Yields the MonkeyPatch,
+  so a module fixture can set more variables for the same span (e.g. ``PYTHONPATH``).
+- ``worker_cluster`` (function): a factory ``worker_cluster(n, system_config=None, **node)``
+  for a context manager with a CPU-only head and ``n`` worker nodes, Ray connected.
+- ``s3_endpoint`` (module): moto's S3 server (``s3_server.py``) with the AWS_* environment
+  pointing at it (other AWS_* cleared), restored after the module.
+- ``registries`` (function): snapshot of the init-regime and intervention registries,
+  restored after the test, for tests that register toy entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import pytest
+import s3_server
+
+
+@pytest.fixture(scope="module")
+def ray_env():
+    import ray
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        mp.delenv("RAY_ADDRESS", raising=False)
+        if ray.is_initialized():
+            ray.shutdown()
+        yield mp
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+@pytest.fixture
+def worker_cluster(ray_env):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    @contextlib.contextmanager
+    def start(n_workers: int, system_config: dict | None = None, **worker_resources):
+        head = {"num_cpus": 0, "include_dashboard": False}
+        if system_config:
+            head["_system_config"] = system_config
+        cluster = Cluster(initialize_head=True, head_node_args=head)
+        workers = [cluster.add_node(**worker_resources) for _ in range(n_workers)]
+        try:
+            ray.init(address=cluster.address)
+            cluster.wait_for_nodes()
+            yield cluster, workers
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+
+    return start
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    with s3_server.moto_server() as endpoint, pytest.MonkeyPatch.context() as mp:
+        for k in s3_server.AWS_VARS:
+            mp.delenv(k, raising=False)
+        for k, v in s3_server.aws_env_vars(endpoint).items():
+            mp.setenv(k, v)
+        yield endpoint
+
+
+@pytest.fixture
+def registries():
+    """The init-regime and condition registries as they were, restored (with sys.modules) after."""
+    from interventions import REGISTRY
+    from model.qk_init import QK_INITS
+
+    saved = dict(QK_INITS), dict(REGISTRY), set(sys.modules)
+    yield QK_INITS, REGISTRY
+    QK_INITS.clear()
+    QK_INITS.update(saved[0])
+    REGISTRY.clear()
+    REGISTRY.update(saved[1])
+    for name in set(sys.modules) - saved[2]:  # a plugin imported by the test registers again next time
+        if name.startswith(("plugin_", "tests.plugin_")):
+            del sys.modules[name]
