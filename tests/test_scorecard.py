@@ -18,7 +18,7 @@ from scipy import stats as sps
 from metrics import scorecard as sc
 from metrics import stats as st
 from sweep import report
-from tests.synthetic import (
+from sweep.synthetic import (
     Planted,
     _default_effects,
     expected_slope_counts,
