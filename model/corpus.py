@@ -128,7 +128,7 @@ def _identity(spec: str, data_dir: str | None) -> tuple[str, str]:
     path = Path(spec)
     if not path.exists():
         raise CorpusError(
-            f"corpus {spec!r}: no such file; use one of {', '.join(BUILTIN_CORPORA)} or the path of a text file"
+            f"unknown corpus {spec!r}: no such file; use one of {', '.join(BUILTIN_CORPORA)} or the path of a text file"
         )
     if not path.is_file():
         raise CorpusError(f"corpus {spec!r} is not a file")
