@@ -23,7 +23,6 @@ a row twice through ``Store.read``; sweep/compact.py explains the rest.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import re

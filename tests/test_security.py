@@ -13,7 +13,7 @@ import torch
 
 from model.corpus import Corpus
 from model.gpt import GPTConfig
-from model.train import Trainer, TrainConfig
+from model.train import TrainConfig, Trainer
 from sweep.revision_probe import Job, ProbeSettings, RevisionError, probe_revision
 from sweep.trial import CheckpointError, load_state
 
@@ -66,8 +66,9 @@ def test_planted_pickle_in_a_checkpoint_is_refused(tmp_path) -> None:
 @pytest.fixture(scope="module")
 def pickled_model(tmp_path_factory) -> Path:
     """A tiny GPT-2 saved as pytorch_model.bin (a pickle; safe_serialization=False) with a character tokenizer."""
-    from sweep.tiny_series import char_tokenizer, tiny_config
     from transformers import GPT2LMHeadModel
+
+    from sweep.tiny_series import char_tokenizer, tiny_config
 
     folder = tmp_path_factory.mktemp("pickled") / "step0"
     torch.manual_seed(0)
