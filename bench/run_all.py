@@ -2,6 +2,7 @@
 
     python -m bench.run_all [--quick] [--only train_step,probe_cost,...] [--out runs/bench]
 
+Runs from any directory (``bench`` is installed with the project); ``--out`` is relative to it.
 ``make bench`` runs this (about 11 minutes on a shared 2-core VM; ``--quick`` about 2).
 Each benchmark prints its own figures and ends with a ``RATIO`` line; this
 driver prints a summary table at the end and writes
@@ -26,7 +27,8 @@ BENCHMARKS = ("train_step", "probe_cost", "reducer_scaling", "sweep_overhead")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.run_all", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.run_all", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer rounds (≈ 2 min)")
     p.add_argument("--only", help=f"comma-separated subset of {', '.join(BENCHMARKS)}")
     p.add_argument("--out", default="runs/bench", help="directory for cpu_results.json")

@@ -836,6 +836,11 @@ def checkpoints_section(checkpoints: pd.DataFrame) -> Section:
     failed = checkpoints[checkpoints["status"] == "failed"]
     if not failed.empty:
         out["failed_revisions"] = int(failed[["series", "revision"]].drop_duplicates().shape[0])
+    dup = checkpoints[checkpoints["status"].astype(str).str.startswith("duplicate_of:")]
+    if not dup.empty:  # same weights as another revision (sweep.integrity): not in the fits
+        dup = dup.drop_duplicates(["series", "revision"])
+        out["duplicate_revisions"] = {f"{r.series}@{r.revision}": r.status.split(":", 1)[1]
+                                      for r in dup.itertuples()}
     missing = {}
     if not fitted:
         missing["checkpoints.slopes"] = "no checkpoint series has >= 3 ok revisions"

@@ -94,8 +94,7 @@ def _wikitext_text(data_dir: str | None) -> str:
                 f"wikitext103: no wiki.train.raw in {data_dir!r}. Provide the wikitext-103-raw-v1 "
                 "directory with --data-dir, or install `datasets` with network access to use the hub."
             )
-        with open(path, encoding="utf-8") as f:
-            return f.read(WIKITEXT_CHARS)
+        return _read_utf8(path, WIKITEXT_CHARS)
     try:
         import datasets  # type: ignore[import-not-found]
     except ImportError:
@@ -127,10 +126,12 @@ def _identity(spec: str, data_dir: str | None) -> tuple[str, str]:
     if spec == "stdlib-docs":
         return spec, f"{spec}:{sys.version}"
     path = Path(spec)
-    if not path.is_file():
+    if not path.exists():
         raise CorpusError(
-            f"unknown corpus {spec!r}: use one of {', '.join(BUILTIN_CORPORA)} or the path of a text file"
+            f"unknown corpus {spec!r}: no such file; use one of {', '.join(BUILTIN_CORPORA)} or the path of a text file"
         )
+    if not path.is_file():
+        raise CorpusError(f"corpus {spec!r} is not a file")
     st = path.stat()
     if st.st_size == 0:
         raise CorpusError(f"corpus file {spec!r} is empty")
@@ -142,7 +143,36 @@ def _text(spec: str, data_dir: str | None) -> str:
         return _wikitext_text(data_dir)
     if spec == "stdlib-docs":
         return stdlib_docs_text()
-    return Path(spec).read_text(encoding="utf-8")
+    return _read_utf8(Path(spec))
+
+
+def _read_utf8(path: Path, chars: int | None = None) -> str:
+    """The UTF-8 text of ``path`` (its first ``chars`` characters); errors name the file and byte offset."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read() if chars is None else f.read(4 * chars)  # a character is at most 4 bytes
+    except OSError as exc:
+        raise CorpusError(f"corpus file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        cut_short = chars is not None and len(data) == 4 * chars and exc.start >= len(data) - 3
+        if not cut_short:  # not just a character split by the read limit
+            raise CorpusError(f"corpus file {str(path)!r} is not UTF-8: byte 0x{data[exc.start]:02x} at "
+                              f"byte offset {exc.start}") from None
+        text = data[: exc.start].decode("utf-8")
+    return text if chars is None else text[:chars]
+
+
+def check_windows(corpus: Corpus, context: int) -> None:
+    """Both splits hold at least one window of ``context + 1`` tokens (what training and the probe draw)."""
+    for name, data in (("train", corpus.train), ("val", corpus.val)):
+        if len(data) < context + 1:
+            raise CorpusError(
+                f"corpus {corpus.name!r} is too short: its {name} split has {len(data)} tokens, fewer than "
+                f"one window of context+1 = {context + 1} (the split is {TRAIN_FRACTION:.0%}/"
+                f"{1 - TRAIN_FRACTION:.0%}; use a longer text or a smaller context)"
+            )
 
 
 def split(text: str) -> tuple[str, str]:
@@ -155,12 +185,21 @@ def default_cache_dir() -> str:
     return str(Path("runs") / "cache")
 
 
-def load_corpus(spec: str, data_dir: str | None = None, cache_dir: str | None = None) -> Corpus:
-    """Encode (or load from the cache) the corpus named by ``spec``."""
+def load_corpus(spec: str, data_dir: str | None = None, cache_dir: str | None = None,
+                context: int | None = None) -> Corpus:
+    """Encode (or load from the cache) the corpus named by ``spec``.
+
+    ``context``: also check that both splits hold one window of ``context + 1``
+    tokens (before anything is cached).
+    """
+    if not isinstance(spec, str) or not spec:
+        raise CorpusError(f"corpus must be a name or a file path, got {spec!r}")
     name, key = _identity(spec, data_dir)
     cache_root = Path(cache_dir or default_cache_dir())
     cached = _read_cache(cache_root, name, key)
     if cached is not None:
+        if context is not None:
+            check_windows(cached, context)
         return cached
     text = _text(spec, data_dir)
     vocab = "".join(sorted(set(text)))
@@ -172,6 +211,8 @@ def load_corpus(spec: str, data_dir: str | None = None, cache_dir: str | None = 
     train_text, _ = split(text)
     cut = len(train_text)
     corpus = Corpus(name, vocab, ids[:cut].copy(), ids[cut:].copy())
+    if context is not None:
+        check_windows(corpus, context)
     _write_cache(cache_root, corpus, key)
     return corpus
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Iterable, Sequence
 from types import ModuleType
 
@@ -52,6 +53,7 @@ def preload(argv: Sequence[str] | None, prog: str) -> tuple[str, ...]:
     known, _ = pre.parse_known_args(argv)
     try:
         load_plugins(known.plugin)
-    except PluginError as err:
-        raise SystemExit(f"{prog}: {err}") from None
+    except PluginError as err:  # the same one line and exit status 2 as every other bad input
+        print(f"{prog}: error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     return tuple(known.plugin)

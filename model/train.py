@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
+import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -52,6 +54,17 @@ class TrainConfig:
     check_every: int = 25  # steps between non-finite-loss checks (each one syncs the device)
 
     def __post_init__(self) -> None:
+        for name in ("batch_size", "epochs", "eval_batches", "probe_seqs", "check_every", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"TrainConfig.{name} must be an integer, got {value!r}")
+        for name in ("lr", "beta1", "beta2", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"TrainConfig.{name} must be a number, got {value!r}")
+        if self.steps_per_epoch is not None and (isinstance(self.steps_per_epoch, bool)
+                                                 or not isinstance(self.steps_per_epoch, numbers.Integral)):
+            raise ValueError(f"TrainConfig.steps_per_epoch must be an integer or None, got {self.steps_per_epoch!r}")
         for name in ("lr", "batch_size", "eval_batches", "probe_seqs", "check_every"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TrainConfig.{name} must be positive, got {getattr(self, name)!r}")
@@ -270,28 +283,67 @@ class Trainer:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     preload(argv, "python -m model.train")  # --plugin modules: their regimes are valid --init choices
-    p = argparse.ArgumentParser(prog="python -m model.train", description="Train one run, no Ray.")
+    p = argparse.ArgumentParser(
+        prog="python -m model.train", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Train one run, no Ray. Defaults are the demo shape (sweep preset `demo`: "
+        "d_model 64, context 64, lr 1e-3, 30 steps per epoch); the paper's is d_model 256, "
+        "context 128, lr 1e-4 on wikitext103.")
     add_plugin_flag(p)
-    p.add_argument("--corpus", default="stdlib-docs", help="wikitext103, stdlib-docs or a text file")
-    p.add_argument("--data-dir", default=None, help="directory holding wiki.train.raw")
-    p.add_argument("--init", default=DEFAULT_INIT, choices=sorted(QK_INITS))
-    p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--seed", type=int, default=37)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--steps-per-epoch", type=int, default=30)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--d-mlp", type=int, default=256)
-    p.add_argument("--context", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--corpus", default="stdlib-docs", help="wikitext103, stdlib-docs or a UTF-8 text file")
+    p.add_argument("--data-dir", default=None, help="folder holding wiki.train.raw (wikitext103 only)")
+    p.add_argument("--init", default=DEFAULT_INIT, choices=sorted(QK_INITS), help="Q/K initialisation")
+    p.add_argument("--depth", type=int, default=4, help="transformer blocks (>= 1)")
+    p.add_argument("--seed", type=int, default=37, help="seed of the weights and the batch order (>= 0)")
+    p.add_argument("--epochs", type=int, default=3, help="epochs after epoch 0 (>= 1)")
+    p.add_argument("--steps-per-epoch", type=int, default=30, help="optimiser steps per epoch (>= 1)")
+    p.add_argument("--batch-size", type=int, default=16, help="sequences per step (>= 1)")
+    p.add_argument("--d-model", type=int, default=64, help="residual width; a multiple of --n-head")
+    p.add_argument("--n-head", type=int, default=4, help="attention heads per block (>= 1)")
+    p.add_argument("--d-mlp", type=int, default=256, help="MLP hidden width (>= 1)")
+    p.add_argument("--context", type=int, default=64, help="tokens per training window (>= 1)")
+    p.add_argument("--lr", type=float, default=1e-3, help="constant AdamW learning rate (> 0)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N")
+    p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return p.parse_args(argv)
 
 
+def _check(args: argparse.Namespace) -> None:
+    """Each flag on its own, named as typed (the configs check how they combine)."""
+    for flag in ("depth", "epochs", "steps_per_epoch", "batch_size", "d_model", "n_head", "d_mlp", "context"):
+        value = getattr(args, flag)
+        if value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    if not args.lr > 0:
+        raise ValueError(f"--lr must be > 0, got {args.lr}")
+    if args.data_dir is not None and args.corpus != "wikitext103":
+        raise ValueError(f"--data-dir {args.data_dir} is read only by the wikitext103 corpus; "
+                         f"--corpus {args.corpus} ignores it")
+    if args.d_model % args.n_head:
+        raise ValueError(f"--d-model {args.d_model} must be a multiple of --n-head {args.n_head}")
+    if args.device != "auto":
+        try:
+            torch.device(args.device)
+        except RuntimeError:
+            raise ValueError(f"--device {args.device!r}: use auto, cpu, cuda or cuda:N") from None
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Train and print one line per epoch; a bad value is one line on stderr and exit status 2."""
     args = _parse(argv)
-    corpus = load_corpus(args.corpus, args.data_dir)
+    try:
+        _check(args)
+        corpus = load_corpus(args.corpus, args.data_dir, context=args.context)
+    except (ValueError, OSError) as exc:  # CorpusError is a ValueError
+        if args.debug:
+            raise
+        print(f"python -m model.train: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    _train(args, corpus)
+
+
+def _train(args: argparse.Namespace, corpus: Corpus) -> None:
     model_cfg = GPTConfig(vocab_size=corpus.vocab_size, n_layer=args.depth, n_head=args.n_head,
                           d_model=args.d_model, d_mlp=args.d_mlp, context=args.context)
     cfg = TrainConfig(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,

@@ -4,26 +4,32 @@ from __future__ import annotations
 
 import argparse
 
+import pandas as pd
+
 from model.plugins import preload
+from sweep.cli import parser, run_cli
 from sweep.presets import BASELINE_PRESETS, add_grid_flags, preset_from_args
 from sweep.runner import add_run_flags, run_sweep
 
+PROG = "python -m sweep.baseline"
+
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    preload(argv, "python -m sweep.baseline")  # --plugin modules: their names are valid below
-    p = argparse.ArgumentParser(prog="python -m sweep.baseline", description=__doc__)
+    preload(argv, PROG)  # --plugin modules: their names are valid below
+    p = parser(PROG, __doc__)
     add_grid_flags(p, BASELINE_PRESETS)
     add_run_flags(p, "baseline-<preset>")
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None):
-    args = parse(argv)
-    try:
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    """Run the sweep; a bad value ends it with one line and exit status 2, before Ray starts."""
+
+    def body(args: argparse.Namespace) -> pd.DataFrame:
         preset = preset_from_args(args, BASELINE_PRESETS)
-    except ValueError as err:
-        raise SystemExit(f"sweep.baseline: {err}") from None
-    return run_sweep(preset, args, args.name or f"baseline-{preset.name}")
+        return run_sweep(preset, args, args.name or f"baseline-{preset.name}")
+
+    return run_cli(PROG, argv, parse, body)
 
 
 if __name__ == "__main__":

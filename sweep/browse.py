@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from sweep.cli import UsageError, existing_path, parser, run_cli
+
 CELL_COLUMNS = {"config/cell/intervention": "condition", "config/cell/init": "init",
                 "config/cell/depth": "depth", "config/cell/seed": "seed"}
 METRIC_COLUMNS = ["epoch", "status", "val_loss", "qk_alignment", "pr_q", "pr_k", "attn_entropy"]
@@ -23,7 +25,7 @@ def latest_experiment(storage: str) -> str:
     root = Path(storage)
     candidates = [p for p in root.glob("*") if p.is_dir() and any(p.glob("experiment_state-*.json"))]
     if not candidates:
-        raise SystemExit(f"sweep.browse: no Tune experiment under {root.resolve()}; "
+        raise UsageError(f"--storage {storage}: no Tune experiment under {root.resolve()}; "
                          "run a sweep first or pass the experiment path")
     return str(max(candidates, key=lambda p: p.stat().st_mtime))
 
@@ -48,16 +50,31 @@ def trial_history(analysis, trial: str) -> pd.DataFrame:
             return frame[[c for c in ["training_iteration", *METRIC_COLUMNS, "train_loss", "tokens_per_s"]
                           if c in frame.columns]]
     names = ", ".join(f"{t.trial_id} ({t})" for t in analysis.trials)
-    raise SystemExit(f"sweep.browse: no trial {trial!r}; trials: {names}")
+    raise UsageError(f"--trial {trial!r}: no such trial; trials: {names}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m sweep.browse", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+PROG = "python -m sweep.browse"
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = parser(PROG, __doc__)
     p.add_argument("experiment", nargs="?", help="experiment folder (default: latest under --storage)")
     p.add_argument("--storage", default="runs/ray", help="where sweeps keep Tune experiments")
     p.add_argument("--trial", help="trial id or name: show its per-epoch history")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the trials (or one trial's history); a bad path is one line and exit status 2."""
+    run_cli(PROG, argv, _parse, _main)
+
+
+def _main(args: argparse.Namespace) -> None:
+    if args.experiment:
+        existing_path("experiment", args.experiment, kind="dir")
+        if "://" not in args.experiment and not any(Path(args.experiment).glob("experiment_state-*.json")):
+            raise UsageError(f"experiment {args.experiment}: not a Tune experiment folder "
+                             "(no experiment_state-*.json)")
     from ray import tune
 
     path = args.experiment or latest_experiment(args.storage)

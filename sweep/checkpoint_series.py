@@ -263,16 +263,28 @@ def write_manifest(manifest: Manifest, path: str | Path) -> None:
     Path(path).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    """Read and validate a manifest file; relative ``path`` entries resolve against its folder."""
+def load_manifest(path: str | Path, require_paths: bool = False) -> Manifest:
+    """Read and validate a manifest file; relative ``path`` entries resolve against its folder.
+
+    ``require_paths``: every local ``path`` must be an existing folder (what a probe run needs).
+    """
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ManifestError(f"manifest {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"manifest {path} cannot be read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ManifestError(f"manifest {path} is not valid JSON: {exc}") from None
-    return parse_manifest(data, base_dir=path.resolve().parent, source=str(path))
+    manifest = parse_manifest(data, base_dir=path.resolve().parent, source=str(path))
+    if require_paths:
+        for s in manifest.series:
+            for r in s.revisions:
+                if r.path is not None and not Path(r.path).is_dir():
+                    raise ManifestError(f"{path}: series {s.name!r} revision {r.revision!r}: "
+                                        f"path {r.path} is not an existing folder")
+    return manifest
 
 
 def parse_manifest(data: Any, base_dir: str | Path | None = None, source: str = "manifest") -> Manifest:

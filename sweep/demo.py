@@ -17,25 +17,46 @@ from pathlib import Path
 
 from model.plugins import add_plugin_flag, preload
 from sweep import baseline, extension, interventions, report, tiny_series
+from sweep.cli import DEFAULT_STORE, UsageError, at_least, parser, run_cli
+from sweep.report import output_target
 from sweep.runner import init_ray
+
+PROG = "python -m sweep.demo"
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    preload(argv, PROG)
+    p = parser(PROG, __doc__)
+    add_plugin_flag(p)
+    p.add_argument("--store", default=DEFAULT_STORE, help="Parquet store root: a path or s3://bucket/prefix")
+    p.add_argument("--storage", default="runs/ray", help="Tune storage: a path or s3://bucket/prefix")
+    p.add_argument("--out", default="runs/report", help="report folder: a path or a URI like --store's")
+    p.add_argument("--tiny-series", default="runs/tiny-series", help="where the tiny checkpoint series is built")
+    p.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
+    p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance, >= 1 (default: all)")
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m sweep.demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", default="runs/store")
-    p.add_argument("--storage", default="runs/ray")
-    p.add_argument("--out", default="runs/report")
-    p.add_argument("--tiny-series", default="runs/tiny-series", help="where the tiny checkpoint series is built")
-    p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance (default: all)")
-    add_plugin_flag(p)
-    preload(argv, "python -m sweep.demo")
-    args = p.parse_args(argv)
-    plugins = [f"--plugin={m}" for m in args.plugin]  # each step imports them (and its Ray workers)
+    """Run the four steps; a bad value ends it with one line and exit status 2, before Ray starts."""
+    run_cli(PROG, argv, _parse, _main)
+
+
+def _main(args: argparse.Namespace) -> None:
     import ray
 
+    at_least("--num-cpus", args.num_cpus, 1)
+    if args.address and args.num_cpus is not None:
+        raise UsageError(f"--num-cpus {args.num_cpus} sizes a local Ray; with --address {args.address} "
+                         "the cluster's own CPUs are used (drop one of them)")
+    tiny = Path(args.tiny_series)
+    if tiny.exists() and not tiny.is_dir():
+        raise UsageError(f"--tiny-series {args.tiny_series}: a file is in the way (need a folder)")
+    output_target(args.out)  # a URI it cannot write is refused now, not after the sweeps
+
+    plugins = [f"--plugin={m}" for m in args.plugin]  # each step imports them (and its Ray workers)
     t0 = time.perf_counter()
-    init_ray(None, args.num_cpus)
+    init_ray(args.address, args.num_cpus)
     try:
         common = ["--preset", "demo", "--store", args.store, "--storage", args.storage, *plugins]
         print("== 1/4 baseline sweep (demo preset) ==", flush=True)
@@ -43,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\n== 2/4 interventions (demo preset, 2 seeds) ==", flush=True)
         interventions.main([*common, "--seeds", "2"])
         print("\n== 3/4 checkpoint extension (tiny local series) ==", flush=True)
-        manifest = Path(args.tiny_series) / "manifest.json"
+        manifest = tiny / "manifest.json"
         if not manifest.is_file():
             tiny_series.main(["--out", args.tiny_series])
         # extension.main uses the Ray started above and leaves it running

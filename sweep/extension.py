@@ -50,6 +50,21 @@ from sweep.checkpoint_series import (
     load_manifest,
     write_manifest,
 )
+from sweep.cli import (
+    DEFAULT_STORE,
+    UsageError,
+    at_least,
+    existing_path,
+    flatten,
+    gpu_fraction,
+    local_gpus,
+    name_list,
+    parser,
+    positive,
+    read_text,
+    run_cli,
+)
+from sweep.integrity import DUPLICATE_PREFIX, mark_duplicates
 from sweep.revision_probe import (
     Job,
     ProbeSettings,
@@ -80,9 +95,9 @@ def absolute_uri(uri: str) -> str:
 
 
 def done_revisions(store: Store) -> set[tuple[str, str]]:
-    """(series, revision) pairs whose rows in the store have status ok."""
+    """(series, revision) pairs whose rows in the store have status ok (or duplicate_of:…)."""
     df = store.read("checkpoints", columns=["series", "revision", "status"])
-    ok = df[df["status"] == "ok"]
+    ok = df[(df["status"] == "ok") | df["status"].str.startswith(DUPLICATE_PREFIX)]
     return set(zip(ok["series"], ok["revision"], strict=True))
 
 
@@ -140,7 +155,7 @@ class Pool:
         if gpus is None:
             gpus = 0.25 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
         self._text_ref = ray.put(self.text)
-        options = {"num_cpus": self.settings.threads, "num_gpus": gpus}
+        options = {"num_cpus": self.settings.cpus or self.settings.threads, "num_gpus": gpus}
         self.actors = [
             ProbeActor.options(**options).remote(self.settings, self._text_ref) for _ in range(self.n_actors)
         ]
@@ -239,7 +254,9 @@ def run_extension(
 
     Needs an initialised Ray. ``pool``: a started pool to use and leave open (its
     own settings and text apply); default: a fresh pool for this call. Returns
-    one result per revision, skipped ones included.
+    one result per revision, skipped ones included. Afterwards a revision whose
+    weights repeat another's in its series is marked ``duplicate_of:<revision>``
+    (``sweep.integrity``).
     """
     from tqdm.auto import tqdm
 
@@ -257,9 +274,15 @@ def run_extension(
             bar.set_postfix_str(f"{r.series}@{r.revision}: {r.status}")
 
         if pool is not None:
-            return results + pool.run(todo, on_result=tick)
-        with Pool(settings, text, min(n_actors, len(todo)), gpus_per_actor, max_attempts) as fresh:
-            return results + fresh.run(todo, on_result=tick)
+            results += pool.run(todo, on_result=tick)
+        else:
+            with Pool(settings, text, min(n_actors, len(todo)), gpus_per_actor, max_attempts) as fresh:
+                results += fresh.run(todo, on_result=tick)
+    marked = mark_duplicates(store, {s.name for s in manifest.series})
+    for r in results:
+        if marked.get((r.series, r.revision), "ok") != "ok":
+            r.status, r.reason = "duplicate", marked[(r.series, r.revision)]
+    return results
 
 
 def summarize(results: list[JobResult]) -> dict[str, dict[str, int]]:
@@ -267,7 +290,7 @@ def summarize(results: list[JobResult]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for r in results:
         counts = out.setdefault(r.series, {"done": 0, "skipped": 0, "failed": 0})
-        counts["done" if r.status == "ok" else r.status] += 1
+        counts["done" if r.status in ("ok", "duplicate") else r.status] += 1
     return out
 
 
@@ -275,6 +298,8 @@ def format_summary(summary: dict[str, dict[str, int]], results: list[JobResult])
     lines = [f"{'series':<16} {'done':>5} {'skipped':>8} {'failed':>7}"]
     lines += [f"{s:<16} {c['done']:>5} {c['skipped']:>8} {c['failed']:>7}" for s, c in summary.items()]
     lines += [f"  failed {r.series}@{r.revision}: {r.reason}" for r in results if r.status == "failed"]
+    lines += [f"  {r.series}@{r.revision}: same weights as another revision, {r.reason} "
+              "(left out of Appendix A)" for r in results if r.status == "duplicate"]
     return "\n".join(lines)
 
 
@@ -299,54 +324,106 @@ def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None) ->
     return True
 
 
+PROG = "python -m sweep.extension"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    preload(argv, "python -m sweep.extension")  # --plugin modules: their names are valid below
-    p = argparse.ArgumentParser(prog="python -m sweep.extension", description=__doc__.split("\n\n")[0])
+    preload(argv, PROG)  # --plugin modules: their names are valid below
+    p = parser(PROG, __doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--manifest", help="JSON manifest of revisions (see sweep/checkpoint_series.py)")
-    src.add_argument("--series", nargs="+", choices=sorted(SERIES), metavar="NAME",
-                     help=f"series from the registry (default: all): {', '.join(SERIES)}")
+    src.add_argument("--series", type=name_list, nargs="+", metavar="NAME",
+                     help=f"series from the registry, a,b or a b (default: all): {', '.join(SERIES)}")
     p.add_argument("--revisions", type=int, default=DEFAULT_REVISIONS,
                    help="revisions per series, log-uniform over training (endpoint-only series: 1)")
     p.add_argument("--write-manifest", metavar="FILE", help="save the manifest used, for a rerun")
-    p.add_argument("--store", default="runs/store", help="store root URI (default runs/store)")
-    p.add_argument("--actors", type=int, default=2, help="probe actors")
+    p.add_argument("--store", default=DEFAULT_STORE, help="Parquet store root: a path or s3://bucket/prefix")
+    p.add_argument("--actors", type=int, default=2, help="probe actors (>= 1)")
     p.add_argument("--gpus-per-actor", type=float, default=None,
-                   help="GPU fraction per actor (default 0.25 when the cluster has GPUs, else 0)")
-    p.add_argument("--cpus-per-actor", type=int, default=1, help="CPUs (torch threads) per actor")
-    p.add_argument("--text", help="probe text file (default: the embedded stdlib-docs corpus)")
-    p.add_argument("--n-seqs", type=int, default=16, help="probe sequences")
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per probe sequence")
+                   help="GPUs per actor, 0..one node's GPUs (default 0.25 when the cluster has GPUs, else 0)")
+    p.add_argument("--cpus-per-actor", type=float, default=1.0,
+                   help="CPUs per actor (> 0); torch threads = max(1, floor of it)")
+    p.add_argument("--text", help="probe text, a UTF-8 file (default: the embedded stdlib-docs corpus)")
+    p.add_argument("--n-seqs", type=int, default=16, help="probe sequences (>= 1)")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per probe sequence (>= 2)")
     p.add_argument("--hf-cache", help="hub cache shared by the actors of a node (default: HF's own)")
-    p.add_argument("--max-attempts", type=int, default=2, help="tries of a revision whose actor keeps dying before it is recorded as failed")
+    p.add_argument("--max-attempts", type=int, default=2,
+                   help="tries of a revision whose actor keeps dying before it is recorded as failed (>= 1)")
+    p.add_argument("--allow-pickle-weights", action="store_true",
+                   help="also load pickled *.bin weights when a revision has no safetensors "
+                   "(a pickle can run code: only for repositories you trust)")
     p.add_argument("--force", action="store_true", help="redo revisions already in the store")
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
-    p.add_argument("--num-cpus", type=int, help="CPUs of a local Ray (default: all)")
-    p.add_argument("--num-gpus", type=int, help="GPUs of a local Ray (default: detected)")
+    p.add_argument("--num-cpus", type=int, help="CPUs of a local Ray, >= 1 (default: all)")
+    p.add_argument("--num-gpus", type=int, help="GPUs of a local Ray, >= 0 (default: detected)")
     add_plugin_flag(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.series = flatten(args.series)
+    if args.series is not None:
+        args.series = list(args.series)
+        bad = [s for s in args.series if s not in SERIES]
+        if bad or not args.series:
+            p.error(f"argument --series: invalid choice: {bad[0] if bad else ''!r} "
+                    f"(choose from {', '.join(SERIES)})")
+    return args
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every value, before the store is touched or Ray starts."""
+    at_least("--actors", args.actors, 1)
+    at_least("--n-seqs", args.n_seqs, 1)
+    at_least("--seq-len", args.seq_len, 2)
+    at_least("--revisions", args.revisions, 1)
+    at_least("--max-attempts", args.max_attempts, 1)
+    positive("--cpus-per-actor", args.cpus_per_actor)
+    at_least("--num-cpus", args.num_cpus, 1)
+    at_least("--num-gpus", args.num_gpus, 0)
+    if args.address and (args.num_cpus is not None or args.num_gpus is not None):
+        raise UsageError(f"--num-cpus/--num-gpus size a local Ray; with --address {args.address} the "
+                         "cluster's own resources are used (drop one of them)")
+    if args.address:
+        node = None
+    elif ray.is_initialized():
+        node = max((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
+    else:
+        node = float(args.num_gpus if args.num_gpus is not None else local_gpus())
+    gpu_fraction("--gpus-per-actor", args.gpus_per_actor, node)
+    if args.write_manifest:
+        parent = Path(args.write_manifest).resolve().parent
+        if not parent.is_dir():
+            raise UsageError(f"--write-manifest {args.write_manifest}: folder {parent} does not exist")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    store_uri = absolute_uri(args.store)
-    store = Store(store_uri)
-    store.check_writable()
+    """Probe the revisions; a bad value ends it with one line and exit status 2, before Ray starts."""
+    return run_cli(PROG, argv, parse_args, _main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    check_args(args)
     if args.manifest:
-        manifest = load_manifest(args.manifest)
+        existing_path("--manifest", args.manifest)
+        manifest = load_manifest(args.manifest, require_paths=True)
     else:
         try:
             manifest = build_manifest(args.series or list(SERIES), args.revisions)
         except Exception as exc:  # the hub listing needs the network
-            raise SystemExit(f"cannot list the series' revisions on the hub ({type(exc).__name__}: {exc}); "
+            raise UsageError(f"cannot list the series' revisions on the hub ({type(exc).__name__}: {exc}); "
                              "without network access pass --manifest with local paths") from None
+    text = read_text("--text", args.text) if args.text else default_probe_text()
+    if args.text and len(text) < args.n_seqs:
+        raise UsageError(f"--text {args.text}: {len(text)} characters cannot give --n-seqs {args.n_seqs} "
+                         "sequences")
+    store_uri = absolute_uri(args.store)
+    store = Store(store_uri)
+    store.check_writable()
     if args.write_manifest:
         write_manifest(manifest, args.write_manifest)
-    text = Path(args.text).read_text() if args.text else default_probe_text()
     n_revs = sum(len(s.revisions) for s in manifest.series)
     print(f"[extension] {len(manifest.series)} series, {n_revs} revisions -> {store_uri}")
-    settings = ProbeSettings(store_uri, args.n_seqs, args.seq_len, args.hf_cache, args.cpus_per_actor,
-                             tuple(args.plugin))
+    settings = ProbeSettings(store_uri, args.n_seqs, args.seq_len, args.hf_cache,
+                             max(1, int(args.cpus_per_actor)), args.allow_pickle_weights,
+                             args.cpus_per_actor, tuple(args.plugin))
     started = init_ray(args.address, args.num_cpus, args.num_gpus)
     try:
         with sweep_lock(store, "extension"):

@@ -4,26 +4,32 @@ from __future__ import annotations
 
 import argparse
 
+import pandas as pd
+
 from model.plugins import preload
+from sweep.cli import parser, run_cli
 from sweep.presets import INTERVENTION_PRESETS, add_grid_flags, preset_from_args
 from sweep.runner import add_run_flags, run_sweep
 
+PROG = "python -m sweep.interventions"
+
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    preload(argv, "python -m sweep.interventions")  # --plugin modules: their names are valid below
-    p = argparse.ArgumentParser(prog="python -m sweep.interventions", description=__doc__)
+    preload(argv, PROG)  # --plugin modules: their names are valid below
+    p = parser(PROG, __doc__)
     add_grid_flags(p, INTERVENTION_PRESETS, conditions=True)
     add_run_flags(p, "interventions-<preset>")
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None):
-    args = parse(argv)
-    try:
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    """Run the sweep; a bad value ends it with one line and exit status 2, before Ray starts."""
+
+    def body(args: argparse.Namespace) -> pd.DataFrame:
         preset = preset_from_args(args, INTERVENTION_PRESETS)
-    except ValueError as err:
-        raise SystemExit(f"sweep.interventions: {err}") from None
-    return run_sweep(preset, args, args.name or f"interventions-{preset.name}")
+        return run_sweep(preset, args, args.name or f"interventions-{preset.name}")
+
+    return run_cli(PROG, argv, parse, body)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ store identity at once.
 from __future__ import annotations
 
 import argparse
+import numbers
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -17,6 +18,7 @@ from interventions import REGISTRY as INTERVENTIONS
 from model.gpt import GPTConfig
 from model.qk_init import DEFAULT_INIT, PAPER_INITS, QK_INITS
 from model.train import TrainConfig
+from sweep.cli import UsageError, at_least, flatten, int_list, name_list
 from sweep.schema import run_id
 
 INITS = PAPER_INITS  # the paper's regimes; QK_INITS also holds those a --plugin registered
@@ -49,8 +51,21 @@ class Preset:
 
     def __post_init__(self) -> None:
         for axis in ("depths", "inits", "seeds", "conditions"):
-            if not getattr(self, axis):
+            values = getattr(self, axis)
+            if isinstance(values, str) or not isinstance(values, tuple | list):
+                raise ValueError(f"Preset.{axis} must be a tuple, got {values!r}")
+            if not values:
                 raise ValueError(f"preset {self.name!r}: the grid is empty ({axis} has no values)")
+            kind, what = (str, "strings") if axis in ("inits", "conditions") else (numbers.Integral, "integers")
+            bad = [v for v in values if isinstance(v, bool) or not isinstance(v, kind)]
+            if bad:
+                raise ValueError(f"Preset.{axis} must hold {what}, got {bad[0]!r} in {tuple(values)}")
+        bad = [s for s in self.seeds if s < 0]
+        if bad:
+            raise ValueError(f"seeds must be >= 0, got {bad[0]}")
+        if self.data_dir is not None and self.corpus != "wikitext103":
+            raise ValueError(f"data_dir {self.data_dir!r} is read only by the wikitext103 corpus; "
+                             f"corpus {self.corpus!r} would ignore it")
         bad = [i for i in self.inits if i not in QK_INITS]
         if bad:
             raise ValueError(f"unknown init(s) {bad}; valid: {', '.join(QK_INITS)}")
@@ -149,45 +164,53 @@ INTERVENTION_PRESETS: dict[str, Preset] = {
 }
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+def _describe(presets: dict[str, Preset], field: str, fmt=str) -> str:
+    """``demo: 6, smoke: 2, …``: a preset field's value per preset, for ``--help``."""
+    return ", ".join(f"{n}: {fmt(getattr(p, field))}" for n, p in presets.items())
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in text.split(",") if v.strip())
+def _csv(values: tuple) -> str:
+    return ",".join(map(str, values))
 
 
 def add_grid_flags(p: argparse.ArgumentParser, presets: dict[str, Preset], conditions: bool = False) -> None:
-    """The flags that select a preset and override its fields."""
-    g = p.add_argument_group("grid (override the preset)")
-    g.add_argument("--preset", default="demo", help=f"one of {', '.join(presets)} (default demo)")
-    g.add_argument("--depths", type=_ints, help="comma-separated layer counts, e.g. 4,6,8")
-    g.add_argument("--inits", type=_names, help=f"comma-separated subset of {', '.join(QK_INITS)}")
-    g.add_argument("--seeds", type=int, metavar="N", help="the first N of the preset's seeds")
-    g.add_argument("--seed-list", type=_ints, help="explicit comma-separated seeds")
+    """The flags that select a preset and override its fields (lists: ``4,6,8`` or ``4 6 8``)."""
+    g = p.add_argument_group("grid (override the preset; lists take 4,6,8 or 4 6 8)")
+    g.add_argument("--preset", default="demo", choices=list(presets), help="named grid and run shape")
+    g.add_argument("--depths", type=int_list, nargs="+", metavar="N",
+                   help=f"layer counts (preset: {_describe(presets, 'depths', _csv)})")
+    g.add_argument("--inits", type=name_list, nargs="+", metavar="INIT",
+                   help=f"subset of {', '.join(QK_INITS)} (preset: all but smoke)")
+    g.add_argument("--seeds", type=int, metavar="N",
+                   help=f"the first N of the preset's seeds ({_describe(presets, 'seeds', _csv)})")
+    g.add_argument("--seed-list", type=int_list, nargs="+", metavar="SEED", help="explicit seeds (>= 0)")
     if conditions:
-        g.add_argument("--conditions", type=_names,
-                       help=f"comma-separated subset of {', '.join(INTERVENTIONS)}")
-    g.add_argument("--epochs", type=int)
-    g.add_argument("--steps-per-epoch", type=int)
-    g.add_argument("--corpus", help="wikitext103, stdlib-docs or a text file")
-    g.add_argument("--data-dir", help="directory holding wiki.train.raw for wikitext103")
+        g.add_argument("--conditions", type=name_list, nargs="+", metavar="COND",
+                       help=f"subset of {', '.join(INTERVENTIONS)} (preset: all)")
+    g.add_argument("--epochs", type=int, help=f"epochs after epoch 0 (preset: {_describe(presets, 'epochs')})")
+    g.add_argument("--steps-per-epoch", type=int,
+                   help=f"optimiser steps per epoch (preset: {_describe(presets, 'steps_per_epoch')}; "
+                   "None = one pass over the training split)")
+    g.add_argument("--corpus", help="wikitext103, stdlib-docs or a UTF-8 text file "
+                   f"(preset: {_describe(presets, 'corpus')})")
+    g.add_argument("--data-dir", help="folder holding wiki.train.raw; only with the wikitext103 corpus")
 
 
 def preset_from_args(args: argparse.Namespace, presets: dict[str, Preset]) -> Preset:
     """The named preset with every given flag applied; errors name the bad value."""
     if args.preset not in presets:
-        raise ValueError(f"unknown preset {args.preset!r}; valid: {', '.join(presets)}")
+        raise UsageError(f"--preset {args.preset!r} is not a preset; valid: {', '.join(presets)}")
     base = presets[args.preset]
+    for flag in ("depths", "seed_list", "inits", "conditions"):  # nargs="+": join the words
+        if getattr(args, flag, None) is not None:
+            setattr(args, flag, flatten(getattr(args, flag)))
+    _check_grid_flags(args)
     changes: dict[str, Any] = {}
     if args.seeds is not None and args.seed_list is not None:
-        raise ValueError("give either --seeds N or --seed-list, not both")
+        raise UsageError("give either --seeds N or --seed-list, not both")
     if args.seeds is not None:
         if not 1 <= args.seeds <= len(base.seeds):
-            raise ValueError(f"--seeds {args.seeds}: the {base.name} preset has {len(base.seeds)} seeds "
+            raise UsageError(f"--seeds {args.seeds}: the {base.name} preset has {len(base.seeds)} seeds "
                              f"{base.seeds}; use 1..{len(base.seeds)} or --seed-list")
         changes["seeds"] = base.seeds[: args.seeds]
     for flag, fieldname in (("seed_list", "seeds"), ("depths", "depths"), ("inits", "inits"),
@@ -197,9 +220,29 @@ def preset_from_args(args: argparse.Namespace, presets: dict[str, Preset]) -> Pr
         value = getattr(args, flag, None)
         if value is not None:
             changes[fieldname] = value
-    if args.epochs is not None and args.epochs < 1:
-        raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
+    corpus = changes.get("corpus", base.corpus)
+    if args.data_dir is not None and corpus != "wikitext103":
+        raise UsageError(f"--data-dir {args.data_dir} is read only by the wikitext103 corpus; "
+                         f"--corpus {corpus} ignores it (drop --data-dir or use --corpus wikitext103)")
     return replace(base, **changes)
+
+
+def _check_grid_flags(args: argparse.Namespace) -> None:
+    """Each grid flag on its own, named as typed."""
+    at_least("--epochs", args.epochs, 1)
+    at_least("--steps-per-epoch", args.steps_per_epoch, 1)
+    for flag, valid in (("depths", None), ("seed_list", None), ("inits", QK_INITS),
+                        ("conditions", INTERVENTIONS)):
+        values, name = getattr(args, flag, None), f"--{flag.replace('_', '-')}"
+        if values is None:
+            continue
+        if not values:
+            raise UsageError(f"{name} is empty: give at least one value")
+        for v in values:
+            if valid is None:
+                at_least(name, v, 1 if flag == "depths" else 0)
+            elif v not in valid:
+                raise UsageError(f"{name}: {v!r} is not valid; valid: {', '.join(sorted(valid))}")
 
 
 __all__ = ["BASELINE_PRESETS", "INTERVENTION_PRESETS", "Cell", "Preset", "add_grid_flags",

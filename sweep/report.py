@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,8 +33,9 @@ from metrics import stats as st
 from metrics import vocabulary as vocab
 from model.plugins import add_plugin_flag, preload
 from sweep import tables as tb
+from sweep.cli import DEFAULT_STORE, UsageError, parser, run_cli
 from sweep.schema import TABLES
-from sweep.store import Store, safe_name
+from sweep.store import Store, StoreError, safe_name
 
 FIGURE_CAPTIONS = {
     "fig1_alignment": "Figure 1 — layer-mean Q/K alignment per init (mean ± sd over seeds), one panel per depth",
@@ -239,7 +240,16 @@ def _sentence_checkpoints(s: dict) -> str:
         f"The slope of layer-mean pr_q − pr_k on progress is positive in {c['positive_series']} of "
         f"{c['n_fitted_series']} series with ≥ 3 revisions; the pr_k → qk_erank → attn_entropy link "
         f"(both correlations positive) recurs in {c['link_recurs_series']} of them."
-    )
+    ) + _sentence_duplicates(c)
+
+
+def _sentence_duplicates(c: dict) -> str:
+    dup = c.get("duplicate_revisions") or {}
+    if not dup:
+        return ""
+    pairs = ", ".join(f"{rev} (= {orig})" for rev, orig in sorted(dup.items()))
+    return (f" Left out of these fits: {len(dup)} revision(s) serving the same weights as another "
+            f"revision of their series: {pairs}.")
 
 
 # ----------------------------------------------------------------------------
@@ -624,24 +634,67 @@ def headline(s: dict) -> list[str]:
     return lines[:5]
 
 
-def main(argv: list[str] | None = None) -> int:
-    preload(argv, "python -m sweep.report")  # --plugin modules: labels and colours of their names
-    ap = argparse.ArgumentParser(prog="python -m sweep.report", description=__doc__.splitlines()[0])
+PROG = "python -m sweep.report"
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    preload(argv, PROG)  # --plugin modules: labels and colours of their names
+    ap = parser(PROG, __doc__.splitlines()[0])
     add_plugin_flag(ap)
-    ap.add_argument("--store", default="runs/store", help="store root (path or pyarrow URI)")
-    ap.add_argument("--out", default="runs/report", help="output directory")
+    ap.add_argument("--store", default=DEFAULT_STORE, help="store root: a path or s3://bucket/prefix")
+    ap.add_argument("--out", default="runs/report",
+                    help="output folder: a path or a URI like --store's (s3://bucket/prefix)")
     ap.add_argument("--no-figures", action="store_true", help="skip figure rendering")
     ap.add_argument("--preset", default=None, help="report only this preset (default: each, separately)")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def output_target(out: str) -> Store | None:
+    """None for a local folder; else the ``Store`` (file system) a URI names, checked writable."""
+    if "://" not in out or out.startswith("file://"):
+        return None
+    try:
+        target = Store(out)
+    except StoreError as exc:
+        raise UsageError(f"--out {out}: cannot write there ({exc}); give a path or a URI that "
+                         "pyarrow.fs opens (s3://, gs://, file://)") from None
+    target.check_writable()
+    return target
+
+
+def write_outputs(local: Path, target: Store) -> None:
+    """Copy the report folder built in ``local`` under ``target``'s root."""
+    import pyarrow.fs as pafs
+
+    pafs.copy_files(str(local), target.base, source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=target.fs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the report; a bad value ends it with one line and exit status 2."""
+    return run_cli(PROG, argv, _parse, _main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    if not store.exists():
+        raise UsageError(f"--store {args.store}: no store there (run a sweep first, or check the path)")
+    target = output_target(args.out)
     skipped: list[dict] = []
     tables = load_tables(args.store, skipped)
     try:
-        s = build_report(tables, Path(args.out), figures=not args.no_figures, preset=args.preset,
-                         skipped_files=skipped)
+        if target is None:
+            out = Path(args.out.removeprefix("file://"))
+            s = build_report(tables, out, figures=not args.no_figures, preset=args.preset,
+                             skipped_files=skipped)
+        else:
+            with tempfile.TemporaryDirectory(prefix="qkgeom-report-") as tmp:
+                s = build_report(tables, Path(tmp), figures=not args.no_figures, preset=args.preset,
+                                 skipped_files=skipped)
+                write_outputs(Path(tmp), target)
     except PresetNotInStore as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(Path(args.out) / "report.md")
+        raise UsageError(str(exc)) from None
+    print(f"{args.out.rstrip('/')}/report.md")
     for name, one in (s.get("by_preset") or {None: s}).items():
         for line in headline(one):
             print("  " + (f"[{name}] " if name else "") + line)

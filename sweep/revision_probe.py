@@ -18,12 +18,15 @@ from typing import Any
 import torch
 
 from sweep.checkpoint_series import Manifest
+from sweep.integrity import weights_sha256
 from sweep.schema import CHECKPOINT_METRICS, SCHEMA_VERSION
 
 #: Files a revision needs: weights (safetensors when the revision has them), config, tokenizer.
 CONFIG_PATTERNS = ["*.json", "*.txt", "*.model", "*.tiktoken"]
 
 FETCH_RETRIES = 3
+PICKLE_HINT = ("pickled *.bin weights can run code when loaded and load only with "
+               "--allow-pickle-weights (for sources you trust)")
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,9 @@ class ProbeSettings:
     n_seqs: int = 16
     seq_len: int = 128
     hf_cache: str | None = None  # None = huggingface_hub's default cache, shared by a node's actors
-    threads: int = 1
+    threads: int = 1  # torch threads per actor
+    allow_pickle: bool = False  # load pickled *.bin weights when a revision has no safetensors
+    cpus: float | None = None  # Ray CPUs per actor (None: ``threads``)
     plugins: tuple[str, ...] = ()  # --plugin modules, imported again in every actor
 
 
@@ -109,10 +114,12 @@ def probe_windows(tokenizer: Any, text: str, n_seqs: int, seq_len: int) -> torch
     return torch.tensor(rows, dtype=torch.long)
 
 
-def fetch_revision(repo: str, revision: str, cache_dir: str | None, retries: int = FETCH_RETRIES) -> str:
+def fetch_revision(repo: str, revision: str, cache_dir: str | None, retries: int = FETCH_RETRIES,
+                   allow_pickle: bool = False) -> str:
     """Download one revision's weights, config and tokenizer; return the local snapshot folder.
 
-    Safetensors are fetched when the revision has them, else ``*.bin``. A missing
+    Safetensors only; pickled ``*.bin`` weights (a pickle can run code) only with
+    ``allow_pickle`` and when the revision has no safetensors. A missing
     repository or revision is a ``RevisionError`` at once; network errors are retried.
     """
     from huggingface_hub import HfApi, snapshot_download
@@ -127,10 +134,17 @@ def fetch_revision(repo: str, revision: str, cache_dir: str | None, retries: int
     for attempt in range(retries):
         try:
             files = HfApi().list_repo_files(repo, revision=revision)
-            weights = ["*.safetensors"] if any(f.endswith(".safetensors") for f in files) else ["*.bin"]
+            if any(f.endswith(".safetensors") for f in files):
+                weights = ["*.safetensors"]
+            elif allow_pickle:
+                weights = ["*.bin"]
+            else:
+                raise RevisionError(f"{repo}@{revision} has no safetensors weights; {PICKLE_HINT}")
             return snapshot_download(
                 repo, revision=revision, cache_dir=cache_dir, allow_patterns=weights + CONFIG_PATTERNS
             )
+        except RevisionError:
+            raise
         except RevisionNotFoundError:
             raise RevisionError(f"revision {revision!r} does not exist in {repo}") from None
         except (RepositoryNotFoundError, GatedRepoError) as exc:
@@ -152,7 +166,20 @@ def model_dir(job: Job, settings: ProbeSettings) -> str:
         return job.path
     if job.repo is None:
         raise RevisionError("revision has neither repo nor path")
-    return fetch_revision(job.repo, job.revision, settings.hf_cache)
+    return fetch_revision(job.repo, job.revision, settings.hf_cache, allow_pickle=settings.allow_pickle)
+
+
+def weight_files(folder: str, allow_pickle: bool = False) -> list[Path]:
+    """The revision's safetensors files; its ``*.bin`` pickles only with ``allow_pickle``."""
+    safe = sorted(Path(folder).glob("*.safetensors"))
+    if safe:
+        return safe
+    pickled = sorted(p for p in Path(folder).glob("*.bin") if p.name != "training_args.bin")
+    if not pickled:
+        raise RevisionError(f"no weights (*.safetensors) in {folder}")
+    if not allow_pickle:
+        raise RevisionError(f"{folder} has only pickled weights ({pickled[0].name}); {PICKLE_HINT}")
+    return pickled
 
 
 def load_tokenizer(folder: str, job: Job, settings: ProbeSettings) -> Any:
@@ -179,7 +206,7 @@ def checkpoint_rows(job: Job, layers: list[dict[str, float]] | None, reason: str
                  "reason": reason, **tail}]
     return [
         {**base, "layer": int(row["layer"]), **{c: float(row[c]) for c in CHECKPOINT_METRICS},
-         "dtype": row.get("dtype"), "status": "ok", "reason": None, **tail}
+         "dtype": row.get("dtype"), "status": "ok", "reason": None, **tail, "weights_sha256": row.get("weights_sha256")}
         for row in layers
     ]
 
@@ -191,10 +218,13 @@ def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.d
     from metrics.hf_probe import SUPPORTED_MODEL_TYPES, probe_hf_model
 
     folder = model_dir(job, settings)
+    files = weight_files(folder, settings.allow_pickle)
+    digest = weights_sha256(files)
     dtype = torch.float32  # on every device (SPEC §7): bf16 on CUDA moved pr_q − pr_k by up to ~2 %
     model = None
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
+                                                     use_safetensors=files[0].suffix == ".safetensors")
         if model.config.model_type not in SUPPORTED_MODEL_TYPES:
             raise RevisionError(f"model_type {model.config.model_type!r} is not supported")
         limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
@@ -203,7 +233,7 @@ def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.d
         tokenizer = load_tokenizer(folder, job, settings)
         ids = probe_windows(tokenizer, text, settings.n_seqs, settings.seq_len).to(device)
         model.to(device)
-        return probe_hf_model(model, ids)
+        return [{**row, "weights_sha256": digest} for row in probe_hf_model(model, ids)]
     finally:
         del model
         gc.collect()

@@ -21,6 +21,15 @@ import pandas as pd
 from interventions import CONTROL
 from model.corpus import Corpus, load_corpus
 from model.plugins import add_plugin_flag
+from sweep.cli import (
+    DEFAULT_STORE,
+    UsageError,
+    at_least,
+    gpu_fraction,
+    local_gpus,
+    plain_name,
+    positive,
+)
 from sweep.presets import Preset
 from sweep.store import Store, StoreError, sweep_lock
 
@@ -28,17 +37,20 @@ from sweep.store import Store, StoreError, sweep_lock
 def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     """Flags for where results go and how trials are placed."""
     g = p.add_argument_group("storage and resources")
-    g.add_argument("--store", default="runs/store", help="Parquet store root: a path or s3://bucket/prefix")
+    g.add_argument("--store", default=DEFAULT_STORE, help="Parquet store root: a path or s3://bucket/prefix")
     g.add_argument("--storage", default="runs/ray", help="Tune storage: a path or s3://bucket/prefix")
-    g.add_argument("--name", help=f"experiment name (default {default_name})")
+    g.add_argument("--name", help=f"experiment name, a plain name without '/' (default {default_name})")
     g.add_argument("--gpus-per-trial", type=float,
-                   help="GPU fraction per trial (default 0.25 when the cluster has GPUs, else 0)")
-    g.add_argument("--cpus-per-trial", type=float, default=1.0)
-    g.add_argument("--max-concurrent", type=int, default=0, help="0: as many as resources allow")
-    g.add_argument("--max-failures", type=int, default=3, help="retries of a failed trial from its checkpoint")
-    g.add_argument("--checkpoint-every", type=int, default=1, help="epochs between Tune checkpoints")
+                   help="GPUs per trial, 0..one node's GPUs; fractions pack trials onto a GPU "
+                   "(default 0.25 when the cluster has GPUs, else 0)")
+    g.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (> 0; torch threads)")
+    g.add_argument("--max-concurrent", type=int, help="most trials at once, >= 1 (default: as many as "
+                   "resources allow)")
+    g.add_argument("--max-failures", type=int, default=3,
+                   help="retries of a failed trial from its checkpoint; -1 = retry forever")
+    g.add_argument("--checkpoint-every", type=int, default=1, help="epochs between Tune checkpoints (>= 1)")
     g.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
-    g.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
+    g.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance, >= 1 (default: all)")
     g.add_argument("--resume", action="store_true",
                    help="continue an interrupted experiment (also automatic when one exists)")
     g.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
@@ -47,14 +59,38 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     g.add_argument("--failure-marker-dir", help=argparse.SUPPRESS)
 
 
+def check_run_flags(args: argparse.Namespace) -> None:
+    """Every storage and resource flag, before anything starts or is created."""
+    plain_name("--name", args.name)
+    positive("--cpus-per-trial", args.cpus_per_trial)
+    at_least("--max-concurrent", args.max_concurrent, 1)
+    at_least("--max-failures", args.max_failures, -1, " (-1 = retry forever)")
+    at_least("--checkpoint-every", args.checkpoint_every, 1)
+    at_least("--num-cpus", args.num_cpus, 1)
+    if args.address and args.num_cpus is not None:
+        raise UsageError(f"--num-cpus {args.num_cpus} sizes a local Ray; with --address {args.address} "
+                         "the cluster's own CPUs are used (drop one of them)")
+    gpu_fraction("--gpus-per-trial", args.gpus_per_trial, None if args.address else _node_gpus())
+
+
+def _node_gpus() -> float:
+    """GPUs of the largest node: of the running Ray if there is one, else of this machine."""
+    import ray
+
+    if ray.is_initialized():
+        return max((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
+    return float(local_gpus())
+
+
 def absolute_uri(uri: str) -> str:
     """Trials run in their own working directory: make local paths absolute."""
     return uri if "://" in uri else str(Path(uri).resolve())
 
 
 def prepare_corpus(preset: Preset) -> Corpus:
-    """Encode once in the driver; plain arrays so Ray shares them zero-copy."""
-    corpus = load_corpus(preset.corpus, preset.data_dir)
+    """Encode once in the driver (checked: one window of context + 1 in both splits);
+    plain arrays so Ray shares them zero-copy."""
+    corpus = load_corpus(preset.corpus, preset.data_dir, context=preset.context)
     return replace(corpus, train=np.ascontiguousarray(corpus.train), val=np.ascontiguousarray(corpus.val))
 
 
@@ -98,22 +134,28 @@ def _trial_dirname(trial) -> str:
 
 def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFrame:
     """Run (or resume) the preset's grid on Ray Tune; returns the per-trial summary."""
+    check_run_flags(args)
+    plain_name("--name", name)
     cells = preset.cells()
     store_uri, storage = absolute_uri(args.store), absolute_uri(args.storage)
+    corpus = prepare_corpus(preset)  # before any folder or bucket object is created
     store = Store(store_uri)
-    store.check_writable()  # a clear error now rather than in every trial
-    if storage != store_uri:  # Tune's storage too, before Ray starts (a missing bucket, a typo)
-        try:
-            Store(storage).check_writable()
-        except StoreError as exc:
-            raise StoreError(f"Tune storage (--storage): {exc}") from None
+    try:
+        tune_storage = Store(storage)
+    except StoreError as exc:
+        raise StoreError(f"Tune storage (--storage): {exc}") from None
     from ray import tune
 
     path = f"{storage.rstrip('/')}/{name}"
     restorable = tune.Tuner.can_restore(path)  # reads the experiment state; needs no Ray
     if args.resume and not restorable:
-        raise SystemExit(f"--resume: no restorable experiment at {path}")
-    corpus = prepare_corpus(preset)
+        raise UsageError(f"--resume: no restorable experiment at {path}")
+    store.check_writable()  # a clear error now rather than in every trial
+    if storage != store_uri:  # Tune's storage too, before Ray starts (a missing bucket, a typo)
+        try:
+            tune_storage.check_writable()
+        except StoreError as exc:
+            raise StoreError(f"Tune storage (--storage): {exc}") from None
     print(f"[{name}] {len(cells)} trials ({preset.sweep}, preset {preset.name}); corpus {corpus.name}: "
           f"{corpus.vocab_size} symbols, {len(corpus.train):,} train tokens")
     if preset.note:
@@ -123,6 +165,7 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
 
     started = init_ray(args.address, args.num_cpus)
     try:
+        gpu_fraction("--gpus-per-trial", args.gpus_per_trial, _node_gpus())  # the joined cluster's nodes
         gpus = args.gpus_per_trial
         if gpus is None:
             gpus = 0.25 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
@@ -149,7 +192,7 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
                 trainable,
                 param_space={"cell": tune.grid_search([c.to_config() for c in cells]),
                              "options": options.to_config()},
-                tune_config=tune.TuneConfig(max_concurrent_trials=args.max_concurrent or None,
+                tune_config=tune.TuneConfig(max_concurrent_trials=args.max_concurrent,
                                             trial_name_creator=_trial_name,
                                             trial_dirname_creator=_trial_dirname),
                 run_config=tune.RunConfig(

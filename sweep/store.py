@@ -23,7 +23,6 @@ a row twice through ``Store.read``; sweep/compact.py explains the rest.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import re
@@ -132,6 +131,11 @@ class Store:
 
     def __init__(self, root: str, *, connect_timeout: float = 5.0, request_timeout: float = 30.0,
                  retries: int = 3) -> None:
+        if not isinstance(root, str | os.PathLike) or not str(root):
+            raise StoreError(f"store root must be a path or URI string, got {root!r}")
+        scheme, sep, rest = str(root).partition("://")
+        if sep and not rest.strip("/"):
+            raise StoreError(f"store URI {root!r} names no bucket or path: use {scheme}://bucket/prefix")
         self.root = str(root).rstrip("/") or "/"
         self._options = (connect_timeout, request_timeout, retries)
         self.fs, self.base = _open(self.root, *self._options)
@@ -327,6 +331,13 @@ class Store:
         return sorted(set(self.read(table, sweep=sweep, columns=["run_id"])["run_id"]))
 
     # --- probes and locks --------------------------------------------------------
+    def exists(self) -> bool:
+        """Whether the root is there (a folder, or on an object store any object under the prefix)."""
+        try:
+            return self.fs.get_file_info(self.base).type != pafs.FileType.NotFound
+        except READ_ERRORS as exc:
+            raise StoreError(f"cannot read store {self.root}: {exc}") from exc
+
     def check_writable(self) -> None:
         """Write, read back and delete a probe under the root; raise ``StoreError`` naming the cause."""
         probe = f"{self.base}/_probe-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -376,21 +387,33 @@ def __getattr__(name: str):  # re-export the maintenance API lazily (sweep.compa
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sweep.store {validate,compact} --store URI``."""
+    """``python -m sweep.store {validate,compact} [--store URI]``.
+
+    Exit status: 0 fine; 1 ``validate`` found problems in the store; 2 the store
+    cannot be read (or a bad value), with one line on stderr.
+    """
+    from sweep.cli import DEFAULT_STORE, ArgumentParser, HelpFormatter, fail
     from sweep.compact import compact, validate  # the importable modules, so classes match
     from sweep.store import Store, StoreError
 
-    parser = argparse.ArgumentParser(prog="python -m sweep.store", description="Check or compact a store.")
+    prog = "python -m sweep.store"
+    parser = ArgumentParser(prog=prog, description="Check or compact a store.",
+                                     formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("validate", help="report duplicates, gaps, NaNs, unreadable files; exit 1 if any")
-    pc = sub.add_parser("compact", help="merge per-epoch files into one file per run directory")
-    pc.add_argument("--table", choices=TABLES)
+    sub.add_parser("validate", formatter_class=HelpFormatter,
+                   help="report duplicates, gaps, NaNs, unreadable files; exit 1 if any, 2 if unreadable")
+    pc = sub.add_parser("compact", formatter_class=HelpFormatter,
+                        help="merge per-epoch files into one file per run directory")
+    pc.add_argument("--table", choices=TABLES, help="one table (default: all)")
     pc.add_argument("--force", action="store_true", help="compact even while a sweep lock is fresh")
     for p in sub.choices.values():
-        p.add_argument("--store", required=True, help="root: path, file:// or s3://bucket/prefix")
+        p.add_argument("--store", default=DEFAULT_STORE, help="root: path, file:// or s3://bucket/prefix")
+        p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     args = parser.parse_args(argv)
     try:
         store = Store(args.store)
+        if not store.exists():
+            raise StoreError(f"--store {args.store}: no store there (nothing to {args.command})")
         if args.command == "validate":
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the report lists unreadable files
@@ -399,9 +422,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if report.ok else 1
         print(compact(store, args.table, force=args.force))
         return 0
-    except StoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (StoreError, *READ_ERRORS) as exc:
+        if args.debug:
+            raise
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if not isinstance(exc, StoreError):
+            text = f"cannot read the store {args.store}: {text}"
+        raise fail(prog, text) from None
 
 
 if __name__ == "__main__":

@@ -150,11 +150,11 @@ def expected_slope_counts(depths=(4, 6, 8), planted: Planted | None = None, init
 
 
 def _conform(df: pd.DataFrame, table: str) -> pd.DataFrame:
-    """Exactly the schema's columns and dtypes (as the store would return them); absent columns null."""
-    absent = [c for c in SCHEMAS[table].names if c not in df.columns]
-    if absent:
-        df = df.assign(**dict.fromkeys(absent))
-    return pa.Table.from_pandas(df, schema=SCHEMAS[table], preserve_index=False).to_pandas()
+    """Exactly the schema's columns and dtypes (as the store would return them); absent nullable
+    columns (e.g. ``weights_sha256``) are null."""
+    absent = {f.name: pd.Series([None] * len(df), index=df.index, dtype=object)
+              for f in SCHEMAS[table] if f.name not in df.columns and f.nullable}
+    return pa.Table.from_pandas(df.assign(**absent), schema=SCHEMAS[table], preserve_index=False).to_pandas()
 
 
 def _identity(sweep, preset, init, depth, seed, intervention) -> dict:

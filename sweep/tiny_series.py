@@ -21,6 +21,7 @@ import torch
 
 from model.corpus import BatchSampler, Corpus, load_corpus
 from sweep.checkpoint_series import Manifest, RevisionEntry, SeriesEntry, write_manifest
+from sweep.cli import UsageError, at_least, flatten, int_list, parser, run_cli
 
 SERIES_NAME = "tiny-gpt2-chars"
 DEFAULT_STEPS = (0, 20, 60, 150)
@@ -101,17 +102,38 @@ def _build(out: Path, steps: list[int], corpus_spec: str, n_layer: int, lr: floa
     return manifest
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sweep.tiny_series", description=__doc__.split("\n\n")[0])
+PROG = "python -m sweep.tiny_series"
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = parser(PROG, __doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output folder (step{N}/ and manifest.json)")
-    p.add_argument("--steps", default=",".join(map(str, DEFAULT_STEPS)),
-                   help="comma-separated optimiser steps to save (default %(default)s)")
-    p.add_argument("--corpus", default="stdlib-docs", help="corpus spec (see model.corpus)")
-    p.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
+    p.add_argument("--steps", type=int_list, nargs="+", default=[DEFAULT_STEPS], metavar="STEP",
+                   help="optimiser steps to save, 0,20,60 or 0 20 60 (default "
+                   f"{','.join(map(str, DEFAULT_STEPS))})")
+    p.add_argument("--corpus", default="stdlib-docs", help="corpus: stdlib-docs, wikitext103 or a UTF-8 file")
+    p.add_argument("--layers", type=int, default=2, help="transformer layers (>= 1)")
     p.add_argument("--cache-dir", help="corpus cache (default runs/cache)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads while training (default 1)")
-    args = p.parse_args(argv)
-    steps = [int(s) for s in args.steps.split(",") if s.strip()]
+    p.add_argument("--threads", type=int, default=1, help="torch threads while training (>= 1)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the series; a bad value ends it with one line and exit status 2."""
+    return run_cli(PROG, argv, _parse, _main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    steps = list(flatten(args.steps))
+    if not steps:
+        raise UsageError("--steps needs at least one step")
+    for step in steps:
+        at_least("--steps", step, 0)
+    at_least("--layers", args.layers, 1)
+    at_least("--threads", args.threads, 1)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out}: a file is in the way (need a folder)")
+    load_corpus(args.corpus, cache_dir=args.cache_dir, context=CONTEXT)  # checked before training
     t0 = time.perf_counter()
     manifest = build(args.out, steps, args.corpus, args.layers, cache_dir=args.cache_dir,
                      threads=args.threads)

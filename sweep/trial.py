@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import signal
 import tempfile
 from dataclasses import asdict, dataclass
@@ -106,6 +107,23 @@ def _maybe_inject_failure(epoch: int, options: TrialOptions) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+class CheckpointError(RuntimeError):
+    """A Tune checkpoint that is not plain tensors and containers (and so is not loaded)."""
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    """A trainer state saved by ``train_cell``, loaded with ``weights_only=True``.
+
+    Anyone who can write to a shared ``--storage`` could plant a pickle that runs
+    code on load; only tensors, numbers, strings and containers are accepted.
+    """
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"refusing checkpoint {path}: it holds more than weights ({first})") from None
+
+
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     """Tune function trainable. ``config = {"cell": Cell.to_config(), "options": TrialOptions.to_config()}``."""
     options = TrialOptions.from_config(config["options"])
@@ -123,7 +141,7 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     restored_epoch = -1  # stored and reported already, with the checkpoint
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
-            trainer.load_state_dict(torch.load(Path(d) / STATE_FILE, weights_only=False))
+            trainer.load_state_dict(load_state(Path(d) / STATE_FILE))
         restored_epoch = trainer.epoch
     store = Store(options.store)
     identity = cell.identity()

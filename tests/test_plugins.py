@@ -113,11 +113,15 @@ def test_report_on_unknown_names_lists_them(tmp_path):
     assert fg.color("someones_regime") == "#7f7f7f" and fg.label("someones_regime") == "someones_regime"
 
 
-def test_plugin_that_cannot_be_imported_is_one_clear_error():
+def test_plugin_that_cannot_be_imported_is_one_clear_error(capsys):
     with pytest.raises(PluginError, match="--plugin no_such_plugin_module: cannot import"):
         load_plugins(["no_such_plugin_module"])
-    with pytest.raises(SystemExit, match="python -m sweep.baseline: --plugin no_such"):
+    with pytest.raises(SystemExit) as exc:
         preload(["--preset", "smoke", "--plugin", "no_such_plugin_module"], "python -m sweep.baseline")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m sweep.baseline: error: --plugin no_such_plugin_module: cannot import")
+    assert len(err.splitlines()) == 1
 
 
 def test_plugin_names_are_valid_inputs(registries):

@@ -147,6 +147,7 @@ def _run_cli(tmp_path: Path, tb: dict | None, figures: bool = False) -> tuple[di
     root, out = tmp_path / "store", tmp_path / "out"
     if tb is not None:
         write_store(tb, root)
+    root.mkdir(exist_ok=True)  # an empty store is a folder; a missing one is an error
     args = ["--store", str(root), "--out", str(out)] + ([] if figures else ["--no-figures"])
     assert report.main(args) == 0
     return _strict_json(out / "stats.json"), (out / "report.md").read_text()

@@ -229,12 +229,13 @@ def _store_args(tmp_path) -> list[str]:
     (["--preset", "smoke", "--seed-list", "3,3"], "3"),
 ], ids=["preset", "init", "empty-inits", "empty-depths", "seeds-9", "seeds-0", "seeds-and-list",
         "epochs-0", "duplicate-seed"])
-def test_bad_grid_fails_before_ray(no_ray, tmp_path, argv, named):
+def test_bad_grid_fails_before_ray(no_ray, tmp_path, capsys, argv, named):
     with pytest.raises(SystemExit) as err:
         baseline.main([*argv, *_store_args(tmp_path)])
-    message = str(err.value.code)
+    assert err.value.code == 2
+    message = capsys.readouterr().err.strip()
     assert named in message
-    assert message.startswith("sweep.baseline:")
+    assert message.startswith("python -m sweep.baseline: error:")
     assert not (tmp_path / "ray").exists()
 
 

@@ -10,6 +10,7 @@ Sweeps use the ``smoke`` preset, so trial start-up dominates the time.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -137,6 +138,22 @@ def test_injected_failure_is_retried_from_checkpoint(failed_once):
     # restored the epoch-0 checkpoint and reported epochs 1..3 once each: no epoch twice.
     assert history["epoch"].tolist() == [0, 1, 2, 3]
     assert history["iterations_since_restore"].iloc[-1] == 3  # resumed, not restarted from scratch
+
+
+def test_tensorboard_reads_the_per_epoch_metrics(failed_once):
+    """``tensorboard --logdir`` (printed by every sweep) works: its EventAccumulator finds each epoch."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tmp, _, _ = failed_once
+    (events,) = {p.parent for p in (tmp / "ray" / "failure").rglob("events.out.tfevents.*")}
+    acc = EventAccumulator(str(events))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    for metric in ("val_loss", "qk_alignment", "attn_entropy", "epoch"):
+        assert f"ray/tune/{metric}" in tags, tags
+    epochs = {int(e.value) for e in acc.Scalars("ray/tune/epoch")}
+    assert epochs == {0, 1, 2, 3}
+    assert all(math.isfinite(e.value) for e in acc.Scalars("ray/tune/val_loss"))
 
 
 def test_resume_flag_without_experiment_is_refused(local_ray, tmp_path):
