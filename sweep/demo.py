@@ -1,10 +1,16 @@
 """``make demo``: the whole study at laptop scale, end to end.
 
 1. ``sweep.baseline --preset demo``   (3 depths × 3 inits × 2 seeds on stdlib-docs)
-2. ``sweep.interventions --preset demo --seeds 2``   (6 conditions × 2 seeds, 8 layers)
+2. ``sweep.interventions --preset demo --seeds 2``   (6 conditions × 2 seeds)
 3. ``sweep.tiny_series`` + ``sweep.extension``   (a tiny local character-level GPT-2
    series, built offline into ``runs/tiny-series``, probed for Appendix A)
-4. ``sweep.report``   (statistics, tables, figures, report.md)
+4. ``sweep.report --preset demo``   (scorecard, statistics, tables, figures, report.md)
+
+The demo preset trains every run past the initial collapse of both
+participation ratios into the specialisation phase the paper is about (see
+LOG.md for the schedule). ``--quick`` runs the same four steps with the
+``quick`` presets: a pipeline check of a few minutes whose runs are far too
+short to show the effects (its report says so).
 
 Steps 1–3 share one local Ray instance; outputs land under ``runs/``.
 """
@@ -18,6 +24,7 @@ from pathlib import Path
 from model.plugins import add_plugin_flag, preload
 from sweep import baseline, extension, interventions, report, tiny_series
 from sweep.cli import DEFAULT_STORE, UsageError, at_least, parser, run_cli
+from sweep.progress import format_duration
 from sweep.report import output_target
 from sweep.runner import init_ray
 
@@ -30,7 +37,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     add_plugin_flag(p)
     p.add_argument("--store", default=DEFAULT_STORE, help="Parquet store root: a path or s3://bucket/prefix")
     p.add_argument("--storage", default="runs/ray", help="Tune storage: a path or s3://bucket/prefix")
-    p.add_argument("--out", default="runs/report", help="report folder: a path or a URI like --store's")
+    p.add_argument("--out", help="report folder: a path or a URI like --store's "
+                   "(default: runs/report, with --quick runs/report-quick)")
+    p.add_argument("--quick", action="store_true",
+                   help="the quick presets: a pipeline check in a few minutes, too short to show the effects")
     p.add_argument("--tiny-series", default="runs/tiny-series", help="where the tiny checkpoint series is built")
     p.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance, >= 1 (default: all)")
@@ -52,18 +62,20 @@ def _main(args: argparse.Namespace) -> None:
     tiny = Path(args.tiny_series)
     if tiny.exists() and not tiny.is_dir():
         raise UsageError(f"--tiny-series {args.tiny_series}: a file is in the way (need a folder)")
-    output_target(args.out)  # a URI it cannot write is refused now, not after the sweeps
+    preset = "quick" if args.quick else "demo"
+    out = args.out or ("runs/report-quick" if args.quick else "runs/report")
+    output_target(out)  # a URI it cannot write is refused now, not after the sweeps
 
     plugins = [f"--plugin={m}" for m in args.plugin]  # each step imports them (and its Ray workers)
     t0 = time.perf_counter()
     init_ray(args.address, args.num_cpus)
     try:
-        common = ["--preset", "demo", "--store", args.store, "--storage", args.storage, *plugins]
-        print("== 1/4 baseline sweep (demo preset) ==", flush=True)
+        common = ["--preset", preset, "--store", args.store, "--storage", args.storage, *plugins]
+        print(f"== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
         baseline.main(common)
-        print("\n== 2/4 interventions (demo preset, 2 seeds) ==", flush=True)
+        print(f"\n== 2/4 interventions ({preset} preset, 2 seeds) · {_elapsed(t0)} ==", flush=True)
         interventions.main([*common, "--seeds", "2"])
-        print("\n== 3/4 checkpoint extension (tiny local series) ==", flush=True)
+        print(f"\n== 3/4 checkpoint extension (tiny local series) · {_elapsed(t0)} ==", flush=True)
         manifest = tiny / "manifest.json"
         if not manifest.is_file():
             tiny_series.main(["--out", args.tiny_series])
@@ -72,9 +84,13 @@ def _main(args: argparse.Namespace) -> None:
                         "--n-seqs", "8", "--seq-len", "64", *plugins])
     finally:
         ray.shutdown()
-    print("\n== 4/4 report ==", flush=True)
-    report.main(["--store", args.store, "--out", args.out, *plugins])
-    print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")
+    print(f"\n== 4/4 report (preset {preset} only) · {_elapsed(t0)} ==", flush=True)
+    report.main(["--store", args.store, "--out", out, "--preset", preset, *plugins])
+    print(f"\n{'quick demo' if args.quick else 'demo'} finished in {format_duration(time.perf_counter() - t0)}")
+
+
+def _elapsed(t0: float) -> str:
+    return f"elapsed {format_duration(time.perf_counter() - t0)}"
 
 
 if __name__ == "__main__":
