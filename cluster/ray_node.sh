@@ -62,12 +62,11 @@ setup() {
         "$venv/bin/pip" install --quiet -c "$here/constraints.txt" -e "$src[hf,tb]"
     fi
     check_pins
-    local rc="$HOME/.bashrc" line1="source $venv/bin/activate" line2="export RAY_AUTH_MODE=token"
+    local rc="$HOME/.bashrc"
     touch "$rc"
-    # first lines of ~/.bashrc, so that non-interactive shells (ray exec, ssh host cmd) get them too
-    if ! grep -qxF "$line2" "$rc"; then
-        printf '%s\n%s\n%s\n' "# qkgeom (cluster/ray_node.sh)" "$line1" "$line2" | cat - "$rc" > "$rc.qkgeom" && mv "$rc.qkgeom" "$rc"
-    fi
+    # Ray's launcher runs every command through an interactive login bash, which reads ~/.bashrc
+    grep -qxF "export RAY_AUTH_MODE=token" "$rc" ||
+        printf '%s\n' "# qkgeom (cluster/ray_node.sh)" "source $venv/bin/activate" "export RAY_AUTH_MODE=token" >> "$rc"
     echo "ray_node.sh: $venv ready ($("$venv/bin/python" -c 'import ray, torch; print("ray", ray.__version__, "torch", torch.__version__)'))"
 }
 
