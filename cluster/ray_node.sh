@@ -17,7 +17,7 @@
 # on SLURM the home directory (or $RAY_AUTH_TOKEN_PATH) is shared.
 #
 # Environment: QKGEOM_SRC (project checkout, default: this script's repository),
-# QKGEOM_VENV (default ~/qkgeom-venv). QKGEOM_VENV_PREBUILT=DIR links an existing venv
+# QKGEOM_VENV (default ~/qkgeom-venv), QKGEOM_PYTHON (interpreter for a new venv, default python3). QKGEOM_VENV_PREBUILT=DIR links an existing venv
 # instead of installing (the end-to-end test uses it); its versions are still checked.
 set -euo pipefail
 
@@ -55,7 +55,13 @@ setup() {
         [[ -x "$QKGEOM_VENV_PREBUILT/bin/python" ]] || die "no venv at $QKGEOM_VENV_PREBUILT"
         ln -sfn "$QKGEOM_VENV_PREBUILT" "$venv"
     else
-        [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+        local py="${QKGEOM_PYTHON:-python3}"
+        "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+            die "$py is not Python >= 3.11: set QKGEOM_PYTHON (e.g. in setup_commands) to one that is"
+        if [[ ! -x "$venv/bin/python" ]]; then  # images without python3-venv: virtualenv instead
+            "$py" -m venv "$venv" 2>/dev/null || { rm -rf "$venv"; "$py" -m pip install --quiet --user virtualenv &&
+                "$py" -m virtualenv --quiet "$venv"; } || die "cannot create a venv with $py"
+        fi
         "$venv/bin/pip" install --quiet --upgrade pip
         # torch first, on its own (the CUDA wheel from PyPI on Linux), then the project
         "$venv/bin/pip" install --quiet -c "$here/constraints.txt" "$(grep '^torch==' "$here/constraints.txt")"

@@ -173,3 +173,13 @@ def test_token_head_refuses_clients_without_the_token(token_head, tmp_path):
     for name in ("no_token", "wrong_token"):
         print(f"client {name}:", refused.get(name))
         assert "InvalidAuthToken" in refused.get(name, ""), refused
+
+
+def test_worker_without_the_token_refuses_to_start(tmp_path):
+    """ray_node.sh worker stops before `ray start` when the head's token is not on the node."""
+    home = tmp_path / "home"
+    home.mkdir()
+    out = subprocess.run(["bash", str(NODE_SH), "worker", "127.0.0.1:1", "--block"], env=_clean_env(home),
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0
+    assert "no Ray auth token" in out.stderr
