@@ -306,7 +306,7 @@ ok_job="$(submit --cpus-per-task=2 slurm/qkgeom.sbatch python -m sweep.baseline 
     --store "$T/slurm/store" --storage "$T/slurm/ray")" || die "sbatch"
 JOBS+=("$ok_job")
 state="$(wait_job "$ok_job" 200)"
-sed 's/^/   /' "$T/slurm/job-$ok_job.out" | grep -E "qkgeom.sbatch|Trial|trials|error|Error" | tail -12
+sed 's/^/   /' "$T/slurm/job-$ok_job.out" | grep -E "qkgeom.sbatch|trials in|Error"
 [[ "$state" == COMPLETED ]] || { tail -40 "$T/slurm/job-$ok_job.out"; die "job $ok_job ended $state"; }
 scontrol show job "$ok_job" -o | grep -o 'JobState=[A-Z]* .*ExitCode=[0-9:]*' | sed -E 's/ .* / /; s/^/   /'
 lap "(b) sbatch smoke sweep (job $ok_job)"
