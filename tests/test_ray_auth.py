@@ -126,7 +126,7 @@ def token_head(tmp_path):
                "log": tmp_path / "head.log"}
     finally:
         # our own process group only: SIGTERM lets `ray start --block` stop its children
-        for sig, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        for sig, wait_s in ((signal.SIGTERM, 8), (signal.SIGKILL, 10)):
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
