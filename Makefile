@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench venv clean cluster-test
 
 venv: $(STAMP)
 
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# End to end on this Debian machine (root, apt-get; not part of `make test`): installs sshd,
+# SLURM and munge, then `ray up cluster.local.yaml` over SSH and slurm/qkgeom.sbatch. < 10 min.
+cluster-test:
+	bash tests/cluster/run.sh
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run_all

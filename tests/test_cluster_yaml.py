@@ -61,9 +61,9 @@ def test_gpu_workers_scale_from_zero(config):
 
 def test_dashboard_not_exposed(raw):
     head_cmds = " ".join(raw.get("head_start_ray_commands", []))
-    assert "ray start --head" in head_cmds
-    assert "0.0.0.0" not in head_cmds
-    assert "--dashboard-host=127.0.0.1" in head_cmds or "--dashboard-host" not in head_cmds
+    assert "cluster/ray_node.sh head" in head_cmds  # which runs ray start --head --dashboard-host=127.0.0.1
+    assert "0.0.0.0" not in head_cmds and "--dashboard-host" not in head_cmds
+    assert "start --head --dashboard-host=127.0.0.1" in NODE_SH.read_text()
 
 
 def test_validation_is_real(raw):
@@ -77,3 +77,94 @@ def test_validation_is_real(raw):
     fractional["available_node_types"][worker]["resources"]["GPU"] = 0.5
     with pytest.raises(Exception, match="not of type 'integer'"):
         validate_config(prepare_config(fractional))
+
+
+# --- both launcher files: cluster.yaml (AWS) and cluster.local.yaml (SSH machines) -------------
+
+ROOT = CLUSTER_YAML.parent
+LOCAL_YAML = ROOT / "cluster.local.yaml"
+NODE_SH = ROOT / "cluster" / "ray_node.sh"
+CONSTRAINTS = ROOT / "cluster" / "constraints.txt"
+BOTH = [pytest.param(CLUSTER_YAML, id="aws"), pytest.param(LOCAL_YAML, id="local")]
+
+
+def _load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def _cmds(raw: dict, key: str) -> list[str]:
+    return [str(c) for c in raw.get(key, [])]
+
+
+@pytest.mark.parametrize("path", BOTH)
+def test_both_pass_ray_launcher_validation(path):
+    raw = _load(path)
+    prepared = prepare_config(copy.deepcopy(raw))
+    validate_config(prepared)
+    assert prepared["head_node_type"] in prepared["available_node_types"]
+
+
+def test_local_yaml_is_the_ssh_provider():
+    raw = _load(LOCAL_YAML)
+    assert raw["provider"]["type"] == "local"
+    assert "head_ip" in raw["provider"] and isinstance(raw["provider"]["worker_ips"], list)
+    assert raw["auth"]["ssh_user"] and raw["auth"]["ssh_private_key"]
+
+
+@pytest.mark.parametrize("path", BOTH)
+def test_token_auth_on_every_node(path):
+    """Token generated on the head before `ray start`, synced to the workers, token mode everywhere."""
+    raw = _load(path)
+    setup = " ".join(_cmds(raw, "setup_commands"))
+    head = _cmds(raw, "head_start_ray_commands")
+    worker = _cmds(raw, "worker_start_ray_commands")
+    assert "cluster/ray_node.sh setup" in setup  # venv + RAY_AUTH_MODE=token in ~/.bashrc, all nodes
+    starts = [c for c in head if "ray_node.sh head" in c]
+    assert starts and not any("ray start" in c for c in head), "head must start through ray_node.sh"
+    assert "--dashboard-host" not in " ".join(head) and "0.0.0.0" not in " ".join(head)
+    assert any("ray_node.sh worker $RAY_HEAD_IP:" in c for c in worker)
+    assert not any("ray start" in c for c in worker)
+    assert "~/.ray/auth_token" in raw.get("cluster_synced_files", [])
+    # one implementation: the token steps live in ray_node.sh, in this order
+    sh = NODE_SH.read_text()
+    head_fn = sh[sh.index("start_head() {"):sh.index("start_worker() {")]
+    gen = head_fn.index("get-auth-token --generate")
+    start = head_fn.index("RAY_AUTH_MODE=token exec \"$ray\" start --head --dashboard-host=127.0.0.1")
+    assert gen < start
+    worker_fn = sh[sh.index("start_worker() {"):]
+    assert "no Ray auth token" in worker_fn  # a worker without the token refuses to start
+    assert "RAY_AUTH_MODE=token exec \"$ray\" start --address=" in worker_fn
+    assert "export RAY_AUTH_MODE=token" in sh  # ~/.bashrc of every node: ray exec, drivers
+
+
+@pytest.mark.parametrize("path", BOTH)
+def test_only_git_tracked_files_travel(path):
+    raw = _load(path)
+    assert raw["file_mounts"] == {"~/qkgeom": ".cluster/src"}  # written by cluster/stage.sh
+    stage = (ROOT / "cluster" / "stage.sh").read_text()
+    assert "git ls-files" in stage
+    assert "/.cluster/" in (ROOT / ".gitignore").read_text().split()
+
+
+def test_versions_pinned():
+    pins = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"unpinned: {line}"
+            pins[name.split("[")[0].lower()] = version
+    assert pins["torch"] == "2.13.0"
+    assert pins["ray"] == "2.60.0"
+    for name in ("transformers", "numpy", "pandas", "pyarrow"):
+        assert name in pins, name
+    sh = NODE_SH.read_text()
+    assert '-c "$here/constraints.txt"' in sh and "check_pins" in sh
+
+
+def test_aws_security_group_admits_ray_ports_from_the_cluster_only(raw):
+    sg = raw["provider"].get("security_group")
+    assert sg and sg.get("GroupName"), "a security group of its own (Ray adds self-referencing rules)"
+    for rule in sg.get("IpPermissions", []):
+        for rng in rule.get("IpRanges", []):
+            assert not (rng.get("CidrIp") == "0.0.0.0/0" and rule.get("FromPort") != 22), rule
