@@ -70,7 +70,10 @@ def _main(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     init_ray(args.address, args.num_cpus)
     try:
-        common = ["--preset", preset, "--store", args.store, "--storage", args.storage, *plugins]
+        # a checkpoint every 5 epochs: a crash loses at most 5 short epochs, and 20 checkpoints
+        # a run would cost more than a minute of the demo's two cores
+        common = ["--preset", preset, "--store", args.store, "--storage", args.storage,
+                  "--checkpoint-every", "5", *plugins]
         print(f"== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
         baseline.main(common)
         print(f"\n== 2/4 interventions ({preset} preset, 2 seeds) · {_elapsed(t0)} ==", flush=True)
