@@ -13,7 +13,7 @@ holding several gives one report per preset under ``presets/<name>/`` and a
 top-level ``report.md`` / ``stats.json`` with every preset's scorecard and
 section (``stats.json["by_preset"][name]``). ``--preset NAME`` reports one
 preset; naming a preset the store lacks exits with status 2. Both layouts put
-the scorecard (``metrics.scorecard``) first and list unreadable store files
+the scorecard (``analysis.scorecard``) first and list unreadable store files
 under ``skipped_files``.
 """
 
@@ -28,9 +28,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from metrics import scorecard as sc
-from metrics import stats as st
-from metrics import vocabulary as vocab
+from analysis import scorecard as sc
+from analysis import vocabulary as vocab
+from analysis.categories import CATEGORIES
+from analysis.compute import compute_all
+from analysis.primitives import to_jsonable
 from model.plugins import add_plugin_flag, preload
 from sweep import tables as tb
 from sweep.cli import DEFAULT_STORE, UsageError, parser, run_cli
@@ -179,7 +181,7 @@ def _sentence_slopes(s: dict) -> str:
 
 def _sentence_categories(s: dict) -> str:
     lc = s["layer_categories"]
-    cats = [c for c in st.CATEGORIES if c in lc]
+    cats = [c for c in CATEGORIES if c in lc]
     lo_h = min(
         cats, key=lambda c: lc[c]["attn_entropy"] if lc[c]["attn_entropy"] is not None else 1e9
     )
@@ -484,7 +486,7 @@ def _report_one(
     """Stats, tables, figures and scorecard of one preset (``None``: the store as it is)."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    an = st.compute_all(tables, preset=preset)
+    an = compute_all(tables, preset=preset)
     s = an.stats
     label = preset if preset is not None else (s["provenance"]["presets"] or [None])[0]
     s["unknown_names"] = unknown_names(tables)
@@ -528,7 +530,7 @@ def _report_one(
 
 def _write(out: Path, s: dict, markdown: str) -> None:
     (out / "report.md").write_text(markdown)
-    (out / "stats.json").write_text(json.dumps(st.to_jsonable(s), indent=2, allow_nan=False) + "\n")
+    (out / "stats.json").write_text(json.dumps(to_jsonable(s), indent=2, allow_nan=False) + "\n")
 
 
 def build_report(

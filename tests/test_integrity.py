@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from metrics import stats as st
+from analysis.checkpoints import checkpoints_section
 from sweep.checkpoint_series import load_manifest
 from sweep.integrity import duplicate_status, mark_duplicates, weights_sha256
 from sweep.report import _sentence_checkpoints
@@ -63,7 +63,7 @@ def test_copied_revision_is_marked_and_left_out_of_appendix_a(series_with_a_copy
     status = df.groupby("revision")["status"].agg(set).to_dict()
     assert status == {"step0": {"ok"}, "step5": {"duplicate_of:step20"}, "step10": {"ok"}, "step20": {"ok"}}
 
-    section = st.checkpoints_section(df)
+    section = checkpoints_section(df)
     c = section.stats["checkpoints"]
     assert c["series"][name]["n_revisions"] == 3
     assert c["duplicate_revisions"] == {f"{name}@step5": "step20"}

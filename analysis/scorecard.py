@@ -1,6 +1,6 @@
 """The reproduction scorecard (SPEC §8): one row per claim of SPEC §9 and the paper's Appendix A.
 
-Pure pandas/numpy/scipy, fed from ``metrics.stats.compute_all`` (one preset's
+Pure pandas/numpy/scipy, fed from ``analysis.compute.compute_all`` (one preset's
 ``Analysis``: its stats dict and frames). Each row carries the paper's value,
 this store's value, a 95 % percentile-bootstrap interval over *whole seeds*
 (``scipy.stats.bootstrap``), the expected direction and a verdict:
@@ -46,9 +46,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from analysis import vocabulary as vocab
+from analysis.compute import Analysis
+from analysis.reference import PAPER_REFERENCE, PAPER_TEXT
 from interventions import PAPER_CONDITIONS
-from metrics import vocabulary as vocab
-from metrics.stats import Analysis
 from model.qk_init import PAPER_INITS, QK_INITS
 
 # The claims are the paper's, so they are about the paper's regimes and conditions;
@@ -214,17 +215,17 @@ def _alignment_claims(an: Analysis) -> list[Claim]:
     inits = (COUPLED, *UNCOUPLED)
     out: list[Claim] = []
     a = an.stats.get("alignment") or {}
-    ref_final = {"qk_identical": (0.4530, 0.0950), "disjoint_support_xavier": (0.1991, 0.0151),
-                 "independent_xavier": (0.1895, 0.0227)}
-    ref_init = {"qk_identical": 1.0, "disjoint_support_xavier": 0.0, "independent_xavier": 0.0498}
+    ref = PAPER_REFERENCE["alignment"]
+    ref_final = {i: (v["mean"], v["sd"]) for i, v in ref["final"].items()}
+    ref_init = ref["initial"]
     if fin is None or fin.empty:
         specs = [("alignment.initial", "initial alignment: qk_identical above the uncoupled inits",
-                  "1.0000 vs 0.0498 / ≈0", Expect(">", 0))]
+                  PAPER_TEXT["alignment.initial"], Expect(">", 0))]
         specs += [(f"alignment.final.{i}", f"final alignment {i} moved from its initial value",
                    f"{ref_init[i]:.4f} → {ref_final[i][0]:.4f}", Expect("<" if i == COUPLED else ">", 0))
                   for i in inits]
         specs += [("alignment.contrast", "final alignment: qk_identical above the uncoupled inits",
-                   "0.4530 vs 0.1991 / 0.1895 (Welch p 1.06e-6, g 4.489)", Expect(">", 0))]
+                   PAPER_TEXT["alignment.contrast"], Expect(">", 0))]
         return [Claim(i, "alignment", c, p, e, reason=why) for i, c, p, e in specs]
 
     def by_seed_init(frame: pd.DataFrame) -> tuple[np.ndarray, list]:
@@ -245,7 +246,7 @@ def _alignment_claims(an: Analysis) -> list[Claim]:
     need = f"needs {COUPLED} and an uncoupled init in the baseline"
     r = contrast(ci)
     out.append(Claim("alignment.initial", "alignment", "initial alignment: qk_identical above the uncoupled inits",
-                     "1.0000 vs 0.0498 / ≈0", Expect(">", 0), xi, r, _runs(ini), reason=None if r else need))
+                     PAPER_TEXT["alignment.initial"], Expect(">", 0), xi, r, _runs(ini), reason=None if r else need))
     for init in inits:
         claim = f"final alignment {init} {'fell' if init == COUPLED else 'rose'} from its initial value"
         paper = f"{ref_init[init]:.4f} → {ref_final[init][0]:.4f} ± {ref_final[init][1]:.4f}"
@@ -264,7 +265,7 @@ def _alignment_claims(an: Analysis) -> list[Claim]:
     if a.get("welch_p") is not None:
         note = f"Welch p = {a['welch_p']:.2g}, Hedges' g = {a['hedges_g']:.2f}"
     out.append(Claim("alignment.contrast", "alignment", "final alignment: qk_identical above the uncoupled inits",
-                     "0.4530 vs 0.1991 / 0.1895 (Welch p 1.06e-6, g 4.489)", Expect(">", 0), xf, r,
+                     PAPER_TEXT["alignment.contrast"], Expect(">", 0), xf, r,
                      _runs(fin), reason=None if r else need, note=note))
     out += _gap_claims(fin)
     return out
@@ -272,7 +273,6 @@ def _alignment_claims(an: Analysis) -> list[Claim]:
 
 def _gap_claims(fin: pd.DataFrame) -> list[Claim]:
     """Gap = qk_identical − the larger uncoupled mean, per depth, and its growth with depth."""
-    paper = {4: "0.143", 8: "0.314"}
     x, cols = _pivot(fin, "seed", ["depth", "init"], "qk_alignment")
     depths = sorted({d for d, _ in cols})
     usable = [d for d in depths if (d, COUPLED) in cols and any((d, u) in cols for u in UNCOUPLED)]
@@ -286,19 +286,19 @@ def _gap_claims(fin: pd.DataFrame) -> list[Claim]:
     for d in sorted(set(depths) | {4, 8}):
         claim = f"alignment gap at {d} layers positive"
         if d not in usable:
-            out.append(Claim(f"alignment.gap.L{d}", "alignment", claim, paper.get(d, "—"), Expect(">", 0),
+            out.append(Claim(f"alignment.gap.L{d}", "alignment", claim, PAPER_TEXT.get(f"alignment.gap.L{d}", "—"), Expect(">", 0),
                              reason=f"no {d}-layer runs of both {COUPLED} and an uncoupled init"))
             continue
-        out.append(Claim(f"alignment.gap.L{d}", "alignment", claim, paper.get(d, "—"), Expect(">", 0),
+        out.append(Claim(f"alignment.gap.L{d}", "alignment", claim, PAPER_TEXT.get(f"alignment.gap.L{d}", "—"), Expect(">", 0),
                          x, gap(d), _runs(fin[fin["depth"] == d])))
     claim = "alignment gap grows with depth (deepest − shallowest)"
     if len(usable) < 2:
-        out.append(Claim("alignment.gap.growth", "alignment", claim, "0.314 − 0.143 = 0.171 (4 → 8)",
+        out.append(Claim("alignment.gap.growth", "alignment", claim, PAPER_TEXT["alignment.gap.growth"],
                          Expect(">", 0), reason="needs the gap at two depths"))
     else:
         lo, hi = gap(usable[0]), gap(usable[-1])
         out.append(Claim("alignment.gap.growth", "alignment", f"{claim}: {usable[0]} → {usable[-1]}",
-                         "0.314 − 0.143 = 0.171 (4 → 8)", Expect(">", 0), x,
+                         PAPER_TEXT["alignment.gap.growth"], Expect(">", 0), x,
                          lambda avg: hi(avg) - lo(avg), _runs(fin)))
     return out
 
@@ -306,8 +306,8 @@ def _gap_claims(fin: pd.DataFrame) -> list[Claim]:
 def _slope_claims(an: Analysis) -> list[Claim]:
     rs = an.frames.get("run_slopes")
     specs = [("slopes.pr_q_minus_pr_k", "pr_q − pr_k slope positive in most seed-averaged traces",
-              "54/54 = 1.00", "pr_q_minus_pr_k", +1),
-             ("slopes.pr_k", "pr_k slope negative in most seed-averaged traces", "50/54 = 0.93", "pr_k", -1)]
+              PAPER_TEXT["slopes.pr_q_minus_pr_k"], "pr_q_minus_pr_k", +1),
+             ("slopes.pr_k", "pr_k slope negative in most seed-averaged traces", PAPER_TEXT["slopes.pr_k"], "pr_k", -1)]
     out = []
     for cid, claim, paper, metric, sign in specs:
         if rs is None or rs.empty:
@@ -322,16 +322,15 @@ def _slope_claims(an: Analysis) -> list[Claim]:
 
 def _category_claims(an: Analysis) -> list[Claim]:
     fl = an.frames.get("final_layers")
-    specs = [("categories.late_mid.qk_erank", "late layers' qk_erank above mid layers'", "16.34 vs 6.26",
-              "late", "mid", "qk_erank"),
-             ("categories.late_mid.pr_q", "late layers' pr_q above mid layers'", "24.41 vs 10.52",
-              "late", "mid", "pr_q"),
+    specs = [("categories.late_mid.qk_erank", "late layers' qk_erank above mid layers'", "late", "mid", "qk_erank"),
+             ("categories.late_mid.pr_q", "late layers' pr_q above mid layers'", "late", "mid", "pr_q"),
              ("categories.early_mid.attn_entropy", "mid layers are the entropy bottleneck (early − mid > 0)",
-              "early higher; mid 1.532", "early", "mid", "attn_entropy"),
+              "early", "mid", "attn_entropy"),
              ("categories.early_mid.qk_erank", "mid layers' qk_erank below early layers'",
-              "early higher; mid 6.26", "early", "mid", "qk_erank")]
+              "early", "mid", "qk_erank")]
     out = []
-    for cid, claim, paper, hi, lo, metric in specs:
+    for cid, claim, hi, lo, metric in specs:
+        paper = PAPER_TEXT[cid]
         if fl is None or fl.empty or not {hi, lo} <= set(fl["category"]):
             out.append(Claim(cid, "layer_categories", claim, paper, Expect(">", 0),
                              reason=f"no {hi} and {lo} layers at the depths present"))
@@ -344,20 +343,21 @@ def _category_claims(an: Analysis) -> list[Claim]:
 
 
 BRIDGE = {  # pair -> (metric a, sign a, metric b, sign b), value = sign * slope / mean
-    "key_spec__qk_compression": ("pr_k", -1, "qk_erank", -1, "0.840"),
-    "qk_compression__entropy_sharpening": ("qk_erank", -1, "attn_entropy", -1, "0.769"),
-    "qk_compression__top1_sharpening": ("qk_erank", -1, "attn_top1", +1, "0.637"),
+    "key_spec__qk_compression": ("pr_k", -1, "qk_erank", -1),
+    "qk_compression__entropy_sharpening": ("qk_erank", -1, "attn_entropy", -1),
+    "qk_compression__top1_sharpening": ("qk_erank", -1, "attn_top1", +1),
 }
 
 
 def _bridge_claims(an: Analysis) -> list[Claim]:
     ps = an.frames.get("per_seed")
     out = []
-    for pair, (ma, sa, mb, sb, paper) in BRIDGE.items():
+    for pair, (ma, sa, mb, sb) in BRIDGE.items():
         cid, claim = f"bridge.{pair}", f"bridge r({pair.replace('__', ', ')}) > 0 over uncoupled seed-averaged cells"
+        paper = PAPER_TEXT[cid]
         if ps is None or ps.empty:
             why = (an.stats.get("missing") or {}).get("bridge", "no uncoupled baseline runs")
-            out.append(Claim(cid, "bridge", claim, f"r = {paper} (n = 36)", Expect(">", 0), reason=why))
+            out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), reason=why))
             continue
         mats = [_pivot(ps, "seed", ["init", "depth", "layer"], f"{m}_{k}")[0]
                 for m in (ma, mb) for k in ("slope", "mean")]
@@ -369,7 +369,7 @@ def _bridge_claims(an: Analysis) -> list[Claim]:
                 qb = sb * avg[..., 2] / avg[..., 3]
             return _pearson_rows(qa, qb)
 
-        out.append(Claim(cid, "bridge", claim, f"r = {paper} (n = 36)", Expect(">", 0), x, reduce, _runs(ps),
+        out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), x, reduce, _runs(ps),
                          note=f"{x.shape[1]} cells"))
     return out
 
@@ -377,9 +377,6 @@ def _bridge_claims(an: Analysis) -> list[Claim]:
 def _intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
     pairs = an.frames.get("intervention_pairs")
     runs = an.frames.get("intervention_runs")
-    levels = {("forced_k_contraction", "attn_entropy"): "2.0809", ("forced_k_contraction", "logit_std"): "5.4071",
-              ("forced_k_contraction", "qk_erank"): "6.03", ("freeze_k", "attn_entropy"): "2.6002",
-              ("freeze_k", "logit_std"): "3.2136"}
     arrows = {+1: "↑", -1: "↓"}
     out = []
     for cond in PAPER_CONDITIONS:
@@ -387,8 +384,7 @@ def _intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
         for metric, sign in pred.items():
             cid = f"interventions.{cond}.{metric}"
             claim = f"{cond}: {metric} {arrows[sign]} vs matched none (paired Δ)"
-            paper = f"{levels[(cond, metric)]}, confidence 1.00" if (cond, metric) in levels else (
-                "confidence 1.00" if cond != "freeze_q" else "softens (↑ entropy)")
+            paper = PAPER_TEXT.get(cid, "confidence 1.00" if cond != "freeze_q" else "softens (↑ entropy)")
             e = Expect(">" if sign > 0 else "<", 0)
             sub = pairs[pairs["intervention"] == cond] if pairs is not None and not pairs.empty else None
             if sub is None or sub.empty or sub[f"d_{metric}"].notna().sum() == 0:
@@ -398,16 +394,17 @@ def _intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
             x, _ = _pivot(sub, "seed", ["intervention"], f"d_{metric}")
             out.append(Claim(cid, "interventions", claim, paper, e, x, _col(0), _runs(sub)))
     cid, claim = "interventions.val_loss", "final val_loss of the intervention family in the paper's range"
-    e = Expect("in", 1.2066, 1.2270)
+    lo, hi = PAPER_REFERENCE["interventions"]["val_loss_range"]
+    e = Expect("in", lo, hi)
     if not paper_scale:
-        out.append(Claim(cid, "interventions", claim, "1.2066–1.2270", e,
+        out.append(Claim(cid, "interventions", claim, PAPER_TEXT[cid], e,
                          reason="a WikiText-103 loss level: compared at paper scale only"))
     elif runs is None or runs.empty or runs["val_loss"].notna().sum() == 0:
-        out.append(Claim(cid, "interventions", claim, "1.2066–1.2270", e, reason="no intervention val_loss"))
+        out.append(Claim(cid, "interventions", claim, PAPER_TEXT[cid], e, reason="no intervention val_loss"))
     else:
         x, _ = _pivot(runs.assign(all="all"), "seed", ["all"], "val_loss")
-        out.append(Claim(cid, "interventions", claim, "1.2066–1.2270", e, x, _col(0), _runs(runs),
-                         spread=(1.2066, 1.2270), note="value = mean over conditions and seeds"))
+        out.append(Claim(cid, "interventions", claim, PAPER_TEXT[cid], e, x, _col(0), _runs(runs),
+                         spread=(lo, hi), note="value = mean over conditions and seeds"))
     return out
 
 
@@ -418,9 +415,9 @@ def _checkpoint_claims(an: Analysis) -> list[Claim]:
         "checkpoints", "no checkpoint series with >= 3 revisions")
     out = []
     specs = [("checkpoints.positive", "pr_q − pr_k slope on progress positive in a minority of series",
-              "1/6 series", Expect("<", 0.5), lambda s: float(s["slope_pr_q_minus_pr_k"] > 0)),
+              PAPER_TEXT["checkpoints.positive"], Expect("<", 0.5), lambda s: float(s["slope_pr_q_minus_pr_k"] > 0)),
              ("checkpoints.link", "pr_k → qk_erank → attn_entropy link recurs in most series",
-              "4/6 series", Expect(">", 0.5), lambda s: float(bool(s.get("link_recurs"))))]
+              PAPER_TEXT["checkpoints.link"], Expect(">", 0.5), lambda s: float(bool(s.get("link_recurs"))))]
     for cid, claim, paper, e, f in specs:
         if not fitted:
             out.append(Claim(cid, "checkpoints", claim, paper, e, unit="series", reason=why))
@@ -429,7 +426,7 @@ def _checkpoint_claims(an: Analysis) -> list[Claim]:
         out.append(Claim(cid, "checkpoints", claim, paper, e, x, _col(0), unit="series",
                          note=f"value = fraction of {len(fitted)} fitted series; units: series (no seeds)"))
     out.append(Claim("checkpoints.gpt2_burst", "checkpoints", "GPT-2 small: early pr_q − pr_k burst that later decays",
-                     "burst, then decay", Expect(">", 0), unit="series",
+                     PAPER_TEXT["checkpoints.gpt2_burst"], Expect(">", 0), unit="series",
                      reason="a shape claim about one named series; SPEC §8 defines no statistic for it"))
     return out
 
