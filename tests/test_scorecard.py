@@ -182,10 +182,11 @@ def test_default_report_keeps_presets_apart(two_presets, tmp_path, capsys):
 
 def test_absent_preset_is_a_clear_error(two_presets, tmp_path, capsys):
     root, _ = two_presets
-    code = report.main(["--store", str(root), "--out", str(tmp_path / "o"), "--no-figures",
-                        "--preset", "nosuch"])
+    with pytest.raises(SystemExit) as exit_:  # sweep.cli.CliExit: one line, exit status 2
+        report.main(["--store", str(root), "--out", str(tmp_path / "o"), "--no-figures",
+                     "--preset", "nosuch"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
+    assert exit_.value.code == 2
     assert len(err) == 1 and "nosuch" in err[0] and "demo, paper" in err[0]
     assert not (tmp_path / "o" / "stats.json").exists()
 
