@@ -18,8 +18,8 @@ from pathlib import Path
 from model.plugins import add_plugin_flag, preload
 from sweep import baseline, extension, interventions, report, tiny_series
 from sweep.cli import DEFAULT_STORE, UsageError, at_least, parser, run_cli
+from sweep.ray_env import init_ray
 from sweep.report import output_target
-from sweep.runner import init_ray
 
 PROG = "python -m sweep.demo"
 

@@ -57,7 +57,6 @@ from sweep.cli import (
     existing_path,
     flatten,
     gpu_fraction,
-    local_gpus,
     name_list,
     parser,
     positive,
@@ -65,6 +64,7 @@ from sweep.cli import (
     run_cli,
 )
 from sweep.integrity import DUPLICATE_PREFIX, mark_duplicates
+from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
 from sweep.revision_probe import (
     Job,
     ProbeSettings,
@@ -87,11 +87,6 @@ class JobResult:
     n_layers: int = 0
     seconds: float = 0.0
     pid: int | None = None
-
-
-def absolute_uri(uri: str) -> str:
-    """Actors may run in another working directory: make a local store path absolute."""
-    return uri if "://" in uri else str(Path(uri).resolve())
 
 
 def done_revisions(store: Store) -> set[tuple[str, str]]:
@@ -151,9 +146,7 @@ class Pool:
 
     def start(self) -> Pool:
         self.settings = replace(self.settings, store=absolute_uri(self.settings.store))
-        gpus = self.gpus_per_actor
-        if gpus is None:
-            gpus = 0.25 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        gpus = default_gpus(self.gpus_per_actor)
         self._text_ref = ray.put(self.text)
         options = {"num_cpus": self.settings.cpus or self.settings.threads, "num_gpus": gpus}
         self.actors = [
@@ -313,17 +306,6 @@ def default_probe_text() -> str:
     return stdlib_docs_text()
 
 
-def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None) -> bool:
-    """Connect to ``address`` or start a local Ray; True when this call started it (then stop it)."""
-    if ray.is_initialized():
-        return False
-    if address:
-        ray.init(address=address)
-    else:
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False)
-    return True
-
-
 PROG = "python -m sweep.extension"
 
 
@@ -381,12 +363,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.address and (args.num_cpus is not None or args.num_gpus is not None):
         raise UsageError(f"--num-cpus/--num-gpus size a local Ray; with --address {args.address} the "
                          "cluster's own resources are used (drop one of them)")
-    if args.address:
-        node = None
-    elif ray.is_initialized():
-        node = max((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
-    else:
-        node = float(args.num_gpus if args.num_gpus is not None else local_gpus())
+    node = None if args.address else node_gpus(args.num_gpus)
     gpu_fraction("--gpus-per-actor", args.gpus_per_actor, node)
     if args.write_manifest:
         parent = Path(args.write_manifest).resolve().parent
