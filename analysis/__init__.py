@@ -6,7 +6,7 @@ finals, slopes), one module per §8 section (``alignment``, ``slopes``, ``catego
 ``scorecard``, ``reference`` (the paper's values) and ``vocabulary`` (names from the registries).
 
 Every function here takes pandas DataFrames with the columns of
-``sweep.schema`` (``layers``, ``epochs``, ``checkpoints``) and returns plain
+``sweep.store.schema`` (``layers``, ``epochs``, ``checkpoints``) and returns plain
 numbers, dicts or DataFrames: no I/O and no plotting. ``compute_all`` runs
 every section and returns the JSON-ready ``stats`` dict that
 ``sweep.report`` writes to ``stats.json``.

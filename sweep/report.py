@@ -36,8 +36,8 @@ from analysis.primitives import to_jsonable
 from model.plugins import add_plugin_flag, preload
 from sweep import tables as tb
 from sweep.cli import DEFAULT_STORE, UsageError, parser, run_cli
-from sweep.schema import TABLES
 from sweep.store import Store, StoreError, safe_name
+from sweep.store.schema import TABLES
 
 FIGURE_CAPTIONS = {
     "fig1_alignment": "Figure 1 — layer-mean Q/K alignment per init (mean ± sd over seeds), one panel per depth",

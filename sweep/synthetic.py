@@ -4,7 +4,7 @@ It lives in the ``sweep`` package (not under ``tests/``) so that ``bench/``, the
 tests and a Ray worker can all import it as ``sweep.synthetic``.
 
 ``make_synthetic_store()`` returns ``{"layers", "epochs", "checkpoints"}``
-DataFrames with exactly the columns and dtypes of ``sweep.schema``. The
+DataFrames with exactly the columns and dtypes of ``sweep.store.schema``. The
 default is the paper grid: 3 inits x depths 4/6/8 x 4 seeds x 45 epochs
 (36 runs, 216 run-layer trajectories), 6 intervention conditions x 5 seeds x
 8 layers x 15 epochs, and four checkpoint series.
@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from interventions import CONTROL, PAPER_CONDITIONS
 from model.qk_init import DEFAULT_INIT, PAPER_INITS, QK_INITS
-from sweep.schema import SCHEMA_VERSION, SCHEMAS, run_id
+from sweep.store.schema import SCHEMA_VERSION, SCHEMAS, run_id
 
 # The grid comes from the registries: the paper's regimes and conditions.
 INITS = PAPER_INITS

@@ -27,8 +27,8 @@ from sweep.revision_probe import (
     jobs_from_manifest,
     probe_windows,
 )
-from sweep.schema import CHECKPOINT_METRICS, CHECKPOINTS, SCHEMA_VERSION
 from sweep.store import Store
+from sweep.store.schema import CHECKPOINT_METRICS, CHECKPOINTS, SCHEMA_VERSION
 
 pytestmark = pytest.mark.ray
 

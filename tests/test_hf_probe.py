@@ -233,6 +233,6 @@ def test_probe_computes_in_float32_and_records_it(ids: torch.Tensor) -> None:
     job = Job("s", "step1", "org/s", None, 1, 10, 1.0)
     ck = checkpoint_rows(job, ref)
     assert {r["dtype"] for r in ck} == {"float32"}
-    from sweep.schema import CHECKPOINTS
+    from sweep.store.schema import CHECKPOINTS
 
     assert CHECKPOINTS.field("dtype").type == "string"

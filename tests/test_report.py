@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from sweep import report, tables
-from sweep.schema import SCHEMAS
+from sweep.store.schema import SCHEMAS
 from sweep.synthetic import make_synthetic_store, write_store
 
 ALL_TABLES = (

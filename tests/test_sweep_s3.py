@@ -24,9 +24,8 @@ import s3_server
 from ray import tune
 
 from sweep import baseline
-from sweep.compact import validate
 from sweep.presets import BASELINE_PRESETS
-from sweep.store import Store, StoreError
+from sweep.store import Store, StoreError, validate
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_env")]  # fixtures: tests/conftest.py
 
