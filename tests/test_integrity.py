@@ -17,7 +17,7 @@ import torch
 from analysis.checkpoints import checkpoints_section
 from sweep.checkpoint_series import load_manifest
 from sweep.integrity import duplicate_status, mark_duplicates, weights_sha256
-from sweep.report import _sentence_checkpoints
+from sweep.report.prose import sentence_checkpoints
 from sweep.revision_probe import ProbeSettings, checkpoint_rows, jobs_from_manifest, probe_revision
 from sweep.store import Store
 from sweep.tiny_series import build
@@ -67,5 +67,5 @@ def test_copied_revision_is_marked_and_left_out_of_appendix_a(series_with_a_copy
     c = section.stats["checkpoints"]
     assert c["series"][name]["n_revisions"] == 3
     assert c["duplicate_revisions"] == {f"{name}@step5": "step20"}
-    assert "Left out of these fits: 1 revision(s)" in _sentence_checkpoints(section.stats)
-    assert f"{name}@step5 (= step20)" in _sentence_checkpoints(section.stats)
+    assert "Left out of these fits: 1 revision(s)" in sentence_checkpoints(section.stats)
+    assert f"{name}@step5 (= step20)" in sentence_checkpoints(section.stats)

@@ -22,9 +22,9 @@ from interventions import CONTROL, Intervention, make_intervention, register
 from model.plugins import PluginError, load_plugins, preload
 from model.qk_init import DEFAULT_INIT, register_init
 from model.train import Trainer
-from sweep import figures as fg
 from sweep import report
 from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS, Preset
+from sweep.report import figures as fg
 from sweep.store import Store
 from sweep.synthetic import make_synthetic_store
 

@@ -134,8 +134,6 @@ def test_experiment_on_s3_reads_with_tune(s3_sweep):
 
 def test_report_reads_the_store_from_s3(s3_sweep, tmp_path):
     bucket, _ = s3_sweep
-    if not (ROOT / "sweep" / "report.py").exists():
-        pytest.skip("sweep/report.py is not written yet")
     out = tmp_path / "report"
     done = subprocess.run([sys.executable, "-m", "sweep.report", "--store", f"s3://{bucket}/store",
                            "--out", str(out), "--no-figures"], cwd=ROOT, env=dict(os.environ),
