@@ -15,12 +15,17 @@ import pytest
 import torch
 
 from analysis.checkpoints import checkpoints_section
-from sweep.checkpoint_series import load_manifest
-from sweep.integrity import duplicate_status, mark_duplicates, weights_sha256
+from sweep.extension.checkpoint_series import load_manifest
+from sweep.extension.integrity import duplicate_status, mark_duplicates, weights_sha256
+from sweep.extension.revision_probe import (
+    ProbeSettings,
+    checkpoint_rows,
+    jobs_from_manifest,
+    probe_revision,
+)
+from sweep.extension.tiny_series import build
 from sweep.report.prose import sentence_checkpoints
-from sweep.revision_probe import ProbeSettings, checkpoint_rows, jobs_from_manifest, probe_revision
 from sweep.store import Store
-from sweep.tiny_series import build
 
 TEXT = " ".join(f"def f{i}(x): return x + {i}  # add {i}" for i in range(300))
 
