@@ -20,11 +20,11 @@ from analysis.compute import compute_all
 from sweep import report
 from sweep.synthetic import (
     Planted,
-    _default_effects,
     expected_slope_counts,
     make_synthetic_store,
     write_store,
 )
+from sweep.synthetic.planted import _default_effects
 
 
 def _rows(tb: dict, preset: str = "paper") -> dict[str, dict]:
