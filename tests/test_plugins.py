@@ -126,9 +126,11 @@ def test_plugin_that_cannot_be_imported_is_one_clear_error(capsys):
 
 def test_plugin_names_are_valid_inputs(registries):
     from sweep import baseline
+    from sweep.cli import flatten
 
     args = baseline.parse(["--preset", "smoke", "--inits", "plugin_half_copy", "--plugin", "tests.plugin_toy"])
-    assert args.plugin == ["tests.plugin_toy"] and args.inits == ("plugin_half_copy",)
+    # --inits is nargs="+" (one tuple per word, joined by preset_from_args since 53be638)
+    assert args.plugin == ["tests.plugin_toy"] and flatten(args.inits) == ("plugin_half_copy",)
 
 
 # --- the plugin in Ray's trial workers ---------------------------------------------------------
