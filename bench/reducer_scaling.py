@@ -24,7 +24,7 @@ Memory, per size, in a separate untimed pass:
 
 The ratio printed last is (t(largest) / t(1×)) / (largest / 1): ≤ 1 means
 no worse than linear growth. Targets: ≤ 5 s at 1× and ratio ≤ 1; and
-``metrics.stats.compute_all`` alone ≤ 5 s at 1× (``compute_all_s``; these two
+``analysis.compute.compute_all`` alone ≤ 5 s at 1× (``compute_all_s``; these two
 5-second bounds were unit-test assertions before they moved here).
 """
 
@@ -93,7 +93,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from metrics.stats import compute_all
+    from analysis.compute import compute_all
     from sweep.report import build_report
     from sweep.synthetic import make_synthetic_store
 

@@ -68,7 +68,7 @@ def parser(prog: str, description: str | None) -> argparse.ArgumentParser:
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exception types that are the user's to fix (imported lazily: no Ray, no torch)."""
-    from sweep.store import StoreError
+    from sweep.store.parquet import StoreError
 
     return (ValueError, StoreError, FileNotFoundError, PermissionError,
             IsADirectoryError, NotADirectoryError, UnicodeDecodeError)

@@ -22,11 +22,12 @@ import time
 from pathlib import Path
 
 from model.plugins import add_plugin_flag, preload
-from sweep import baseline, extension, interventions, report, tiny_series
+from sweep import baseline, extension, interventions, report
 from sweep.cli import DEFAULT_STORE, UsageError, at_least, parser, run_cli
+from sweep.extension import tiny_series
 from sweep.progress import format_duration
+from sweep.ray_env import init_ray
 from sweep.report import output_target
-from sweep.runner import init_ray
 
 PROG = "python -m sweep.demo"
 

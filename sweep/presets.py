@@ -19,7 +19,7 @@ from model.gpt import GPTConfig
 from model.qk_init import DEFAULT_INIT, PAPER_INITS, QK_INITS
 from model.train import TrainConfig
 from sweep.cli import UsageError, at_least, flatten, int_list, name_list
-from sweep.schema import run_id
+from sweep.store.schema import run_id
 
 INITS = PAPER_INITS  # the paper's regimes; QK_INITS also holds those a --plugin registered
 

@@ -26,11 +26,11 @@ from sweep.cli import (
     UsageError,
     at_least,
     gpu_fraction,
-    local_gpus,
     plain_name,
     positive,
 )
 from sweep.presets import Preset
+from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
 from sweep.store import Store, StoreError, sweep_lock
 
 
@@ -70,21 +70,7 @@ def check_run_flags(args: argparse.Namespace) -> None:
     if args.address and args.num_cpus is not None:
         raise UsageError(f"--num-cpus {args.num_cpus} sizes a local Ray; with --address {args.address} "
                          "the cluster's own CPUs are used (drop one of them)")
-    gpu_fraction("--gpus-per-trial", args.gpus_per_trial, None if args.address else _node_gpus())
-
-
-def _node_gpus() -> float:
-    """GPUs of the largest node: of the running Ray if there is one, else of this machine."""
-    import ray
-
-    if ray.is_initialized():
-        return max((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
-    return float(local_gpus())
-
-
-def absolute_uri(uri: str) -> str:
-    """Trials run in their own working directory: make local paths absolute."""
-    return uri if "://" in uri else str(Path(uri).resolve())
+    gpu_fraction("--gpus-per-trial", args.gpus_per_trial, None if args.address else node_gpus())
 
 
 def prepare_corpus(preset: Preset) -> Corpus:
@@ -92,19 +78,6 @@ def prepare_corpus(preset: Preset) -> Corpus:
     plain arrays so Ray shares them zero-copy."""
     corpus = load_corpus(preset.corpus, preset.data_dir, context=preset.context)
     return replace(corpus, train=np.ascontiguousarray(corpus.train), val=np.ascontiguousarray(corpus.val))
-
-
-def init_ray(address: str | None, num_cpus: int | None) -> bool:
-    """Connect to or start Ray; returns True when this call started it (so it should stop it)."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if address:
-        ray.init(address=address, log_to_driver=True)
-    else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
-    return True
 
 
 def _reporter(preset: Preset):
@@ -165,10 +138,8 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
 
     started = init_ray(args.address, args.num_cpus)
     try:
-        gpu_fraction("--gpus-per-trial", args.gpus_per_trial, _node_gpus())  # the joined cluster's nodes
-        gpus = args.gpus_per_trial
-        if gpus is None:
-            gpus = 0.25 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        gpu_fraction("--gpus-per-trial", args.gpus_per_trial, node_gpus())  # the joined cluster's nodes
+        gpus = default_gpus(args.gpus_per_trial)
         from sweep.trial import TrialOptions, train_cell
 
         options = TrialOptions(

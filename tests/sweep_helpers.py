@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sweep.compact import validate
-from sweep.store import Store
+from sweep.store import Store, validate
 
 
 def dirs(tmp: Path, name: str) -> list[str]:

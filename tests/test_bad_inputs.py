@@ -22,9 +22,10 @@ import ray
 from model import train as model_train
 from model.gpt import GPTConfig
 from model.train import TrainConfig
-from sweep import baseline, browse, demo, extension, interventions, report, store, tiny_series
-from sweep.checkpoint_series import ManifestError, load_manifest
+from sweep import baseline, browse, demo, extension, interventions, report, store
 from sweep.cli import local_gpus
+from sweep.extension import tiny_series
+from sweep.extension.checkpoint_series import ManifestError, load_manifest
 from sweep.presets import BASELINE_PRESETS, Preset
 from sweep.store import Store, StoreError
 

@@ -1,4 +1,4 @@
-"""sweep.checkpoint_series: the registry, revision selection and the manifest (no network)."""
+"""sweep.extension.checkpoint_series: the registry, revision selection and the manifest (no network)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sweep.checkpoint_series import (
+from sweep.extension.checkpoint_series import (
     SERIES,
     Manifest,
     ManifestError,

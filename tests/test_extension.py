@@ -17,9 +17,9 @@ import torch
 import transformers as tf
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from sweep.checkpoint_series import load_manifest, parse_manifest
 from sweep.extension import Pool, main, parse_args, run_extension, summarize
-from sweep.revision_probe import (
+from sweep.extension.checkpoint_series import load_manifest, parse_manifest
+from sweep.extension.revision_probe import (
     Job,
     ProbeSettings,
     RevisionError,
@@ -27,8 +27,8 @@ from sweep.revision_probe import (
     jobs_from_manifest,
     probe_windows,
 )
-from sweep.schema import CHECKPOINT_METRICS, CHECKPOINTS, SCHEMA_VERSION
 from sweep.store import Store
+from sweep.store.schema import CHECKPOINT_METRICS, CHECKPOINTS, SCHEMA_VERSION
 
 pytestmark = pytest.mark.ray
 
@@ -165,7 +165,7 @@ def test_fetch_revision_files_and_errors(monkeypatch) -> None:
         raise ConnectionError("reset")
 
     monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", flaky)
-    monkeypatch.setattr("sweep.revision_probe.time.sleep", lambda s: None)
+    monkeypatch.setattr("sweep.extension.revision_probe.time.sleep", lambda s: None)
     with pytest.raises(RevisionError, match="after 3 tries: reset"):
         fetch_revision("a/b", "step1", None, retries=3)
     assert len(tries) == 3

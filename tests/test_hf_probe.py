@@ -221,7 +221,7 @@ def test_unsupported_architecture_is_a_clear_error(ids: torch.Tensor) -> None:
 
 def test_probe_computes_in_float32_and_records_it(ids: torch.Tensor) -> None:
     """A bf16 model is probed in float32 (SPEC §7), and every row (and checkpoints row) says so."""
-    from sweep.revision_probe import Job, checkpoint_rows
+    from sweep.extension.revision_probe import Job, checkpoint_rows
 
     ref = probe_hf_model(tiny_model("gpt2"), ids)
     model = tiny_model("gpt2").to(torch.bfloat16)
@@ -233,6 +233,6 @@ def test_probe_computes_in_float32_and_records_it(ids: torch.Tensor) -> None:
     job = Job("s", "step1", "org/s", None, 1, 10, 1.0)
     ck = checkpoint_rows(job, ref)
     assert {r["dtype"] for r in ck} == {"float32"}
-    from sweep.schema import CHECKPOINTS
+    from sweep.store.schema import CHECKPOINTS
 
     assert CHECKPOINTS.field("dtype").type == "string"

@@ -22,9 +22,9 @@ from interventions import CONTROL, Intervention, make_intervention, register
 from model.plugins import PluginError, load_plugins, preload
 from model.qk_init import DEFAULT_INIT, register_init
 from model.train import Trainer
-from sweep import figures as fg
 from sweep import report
 from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS, Preset
+from sweep.report import figures as fg
 from sweep.store import Store
 from sweep.synthetic import make_synthetic_store
 
@@ -126,9 +126,11 @@ def test_plugin_that_cannot_be_imported_is_one_clear_error(capsys):
 
 def test_plugin_names_are_valid_inputs(registries):
     from sweep import baseline
+    from sweep.cli import flatten
 
     args = baseline.parse(["--preset", "smoke", "--inits", "plugin_half_copy", "--plugin", "tests.plugin_toy"])
-    assert args.plugin == ["tests.plugin_toy"] and args.inits == ("plugin_half_copy",)
+    # --inits is nargs="+" (one tuple per word, joined by preset_from_args since 53be638)
+    assert args.plugin == ["tests.plugin_toy"] and flatten(args.inits) == ("plugin_half_copy",)
 
 
 # --- the plugin in Ray's trial workers ---------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 
 from metrics.probe import probe_layers
 from model.corpus import probe_batch
-from sweep.schema import LAYER_METRICS
+from sweep.store.schema import LAYER_METRICS
 from tests.helpers import (
     CONTEXT,
     np_effective_rank,
@@ -179,8 +179,8 @@ def test_per_head_alignment_on_a_hand_built_pair() -> None:
 
 
 def test_probe_rows_carry_per_head_alignment_that_the_store_keeps(tmp_path) -> None:
-    from sweep.schema import run_id
     from sweep.store import Store
+    from sweep.store.schema import run_id
 
     model = trained_looking_model("qk_identical")
     rows = probe_layers(model, tokens())

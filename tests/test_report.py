@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sweep import report, tables
-from sweep.schema import SCHEMAS
+from sweep import report
+from sweep.report import tables
+from sweep.store.schema import SCHEMAS
 from sweep.synthetic import make_synthetic_store, write_store
 
 ALL_TABLES = (

@@ -9,8 +9,6 @@ import s3_server
 from sweep import report
 from sweep.synthetic import make_synthetic_store, write_store
 
-s3_endpoint = s3_server.s3_endpoint  # module-scoped fixture: moto server + AWS_* environment
-
 
 def test_report_out_on_s3(s3_endpoint, tmp_path, capsys) -> None:
     root = tmp_path / "store"

@@ -2,7 +2,7 @@
 
 Every expected value here is recomputed from the raw synthetic tables with
 plain pandas/numpy (and, for intervals, ``scipy.stats.bootstrap`` on the
-per-seed values), not through ``metrics.stats``.
+per-seed values), not through ``analysis``.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from metrics import scorecard as sc
-from metrics import stats as st
+from analysis import scorecard as sc
+from analysis.compute import compute_all
 from sweep import report
 from sweep.synthetic import (
     Planted,
-    _default_effects,
     expected_slope_counts,
     make_synthetic_store,
     write_store,
 )
+from sweep.synthetic.planted import _default_effects
 
 
 def _rows(tb: dict, preset: str = "paper") -> dict[str, dict]:
-    an = st.compute_all(tb)
+    an = compute_all(tb)
     return {r["id"]: r for r in sc.build_scorecard(an, preset, paper_scale=preset == "paper")}
 
 
@@ -182,10 +182,11 @@ def test_default_report_keeps_presets_apart(two_presets, tmp_path, capsys):
 
 def test_absent_preset_is_a_clear_error(two_presets, tmp_path, capsys):
     root, _ = two_presets
-    code = report.main(["--store", str(root), "--out", str(tmp_path / "o"), "--no-figures",
-                        "--preset", "nosuch"])
+    with pytest.raises(SystemExit) as exit_:  # sweep.cli.CliExit: one line, exit status 2
+        report.main(["--store", str(root), "--out", str(tmp_path / "o"), "--no-figures",
+                     "--preset", "nosuch"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
+    assert exit_.value.code == 2
     assert len(err) == 1 and "nosuch" in err[0] and "demo, paper" in err[0]
     assert not (tmp_path / "o" / "stats.json").exists()
 
@@ -231,7 +232,7 @@ def test_runs_ending_early_are_listed_not_used_as_final():
     for t in ("layers", "epochs"):
         df = tb[t]
         tb[t] = df[~((df["run_id"] == rid) & (df["epoch"] == 5))]
-    s = st.compute_all(tb).stats
+    s = compute_all(tb).stats
     assert "last epoch 4" in s["provenance"]["excluded_runs"][rid]
     assert sum(d["n"] for d in s["alignment"]["final"].values()) == 18 - 1
     assert s["provenance"]["sweeps"]["baseline"]["final_epoch"] == {"min": 5, "max": 5}

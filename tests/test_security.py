@@ -14,7 +14,7 @@ import torch
 from model.corpus import Corpus
 from model.gpt import GPTConfig
 from model.train import TrainConfig, Trainer
-from sweep.revision_probe import Job, ProbeSettings, RevisionError, probe_revision
+from sweep.extension.revision_probe import Job, ProbeSettings, RevisionError, probe_revision
 from sweep.trial import CheckpointError, load_state
 
 VOCAB = "abcdefghij "
@@ -68,7 +68,7 @@ def pickled_model(tmp_path_factory) -> Path:
     """A tiny GPT-2 saved as pytorch_model.bin (a pickle; safe_serialization=False) with a character tokenizer."""
     from transformers import GPT2LMHeadModel
 
-    from sweep.tiny_series import char_tokenizer, tiny_config
+    from sweep.extension.tiny_series import char_tokenizer, tiny_config
 
     folder = tmp_path_factory.mktemp("pickled") / "step0"
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""metrics.stats against independent computations on synthetic stores with planted structure."""
+"""analysis (the reducer's statistics) against independent computations on synthetic stores with planted structure."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from metrics import stats as st
-from metrics import vocabulary as vocab
+from analysis import vocabulary as vocab
+from analysis.bridge import BRIDGE_PAIRS, BRIDGE_QUANTITIES
+from analysis.categories import CATEGORY_METRICS
+from analysis.checkpoints import checkpoint_revision_means
+from analysis.compute import compute_all
+from analysis.frames import group_slopes, layer_category
+from analysis.primitives import _count_desc, hedges_g, pearson, welch
+from analysis.reference import PAPER_REFERENCE
+from analysis.slopes import SLOPE_METRICS, run_slopes, trace_slopes
 from sweep.synthetic import (
     Planted,
     expected_checkpoints,
@@ -26,7 +33,7 @@ def paper_grid():
 
 @pytest.fixture(scope="module")
 def paper_analysis(paper_grid):
-    return st.compute_all(paper_grid)
+    return compute_all(paper_grid)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +51,7 @@ def test_group_slopes_equal_linregress_per_trajectory(small):
     # knock out a few values: the fit must skip them for that metric only
     layers.loc[layers.index[[5, 77, 300]], "pr_k"] = np.nan
     base = layers[layers["sweep"] == "baseline"]
-    got = st.run_slopes(base, ["pr_q", "pr_k"]).set_index(["run_id", "layer"])
+    got = run_slopes(base, ["pr_q", "pr_k"]).set_index(["run_id", "layer"])
     assert len(got) == base.groupby(["run_id", "layer"]).ngroups
     checked = 0
     for (rid, layer), g in base.groupby(["run_id", "layer"]):
@@ -69,17 +76,17 @@ def test_group_slopes_degenerate_groups_are_nan():
             "y": [1.0, 3.0, 5.0, 1.0, 2.0, 3.0],
         }
     )
-    out = st.group_slopes(df, ["g"], ["y"]).set_index("g")
+    out = group_slopes(df, ["g"], ["y"]).set_index("g")
     assert out.loc["a", "y_slope"] == pytest.approx(2.0)
     assert math.isnan(out.loc["b", "y_slope"])  # one point
     assert math.isnan(out.loc["c", "y_slope"])  # constant x
     assert out.loc["c", "y_mean"] == pytest.approx(2.0)
-    assert st.group_slopes(df.iloc[:0], ["g"], ["y"]).empty
+    assert group_slopes(df.iloc[:0], ["g"], ["y"]).empty
 
 
 def test_seed_averaged_trace_slopes_equal_linregress(small):
     base = small["layers"][small["layers"]["sweep"] == "baseline"]
-    got = st.trace_slopes(base, ["pr_q_minus_pr_k"]).set_index(["init", "depth", "layer"])
+    got = trace_slopes(base, ["pr_q_minus_pr_k"]).set_index(["init", "depth", "layer"])
     assert len(got) == 3 * (4 + 6 + 8)
     for (init, depth, layer), g in base.groupby(["init", "depth", "layer"]):
         # independent seed average: a numpy array per seed, stacked
@@ -102,7 +109,7 @@ def test_slope_counts_equal_planted(paper_analysis):
     assert exp["uncoupled"]["pr_q"] == {"positive": 35, "negative": 1, "n": 36}
     got = paper_analysis.stats["slopes"]
     for group in ("uncoupled", "coupled", "pooled"):
-        for m in st.SLOPE_METRICS:
+        for m in SLOPE_METRICS:
             for key in ("positive", "negative", "n"):
                 assert got[group][m][key] == exp[group][m][key], (group, m, key)
     assert (paper_analysis.frames["trace_slopes"]["n_seeds"] == 4).all()
@@ -176,10 +183,10 @@ def test_alignment_welch_hedges_gap(paper_grid, paper_analysis):
 def test_hedges_g_hand_values():
     a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 9.0]
     sp = math.sqrt((3 * np.var(a, ddof=1) + 2 * np.var(b, ddof=1)) / 5)
-    assert st.hedges_g(a, b) == pytest.approx((2.5 - 5.0) / sp * (1 - 3 / (4 * 7 - 9)))
-    assert st.hedges_g([1.0], b) is None
-    assert st.hedges_g([1.0, 1.0], [1.0, 1.0]) is None
-    assert st.welch([1.0], [2.0, 3.0]) == (None, None)
+    assert hedges_g(a, b) == pytest.approx((2.5 - 5.0) / sp * (1 - 3 / (4 * 7 - 9)))
+    assert hedges_g([1.0], b) is None
+    assert hedges_g([1.0, 1.0], [1.0, 1.0]) is None
+    assert welch([1.0], [2.0, 3.0]) == (None, None)
 
 
 # ----------------------------------------------------------------------------
@@ -198,7 +205,7 @@ def test_hedges_g_hand_values():
     ],
 )
 def test_layer_category_assignment(depth, expected):
-    assert st.layer_category(np.arange(depth), np.full(depth, depth)).tolist() == expected
+    assert layer_category(np.arange(depth), np.full(depth, depth)).tolist() == expected
 
 
 def test_layer_category_means_by_hand(paper_grid, paper_analysis):
@@ -213,7 +220,7 @@ def test_layer_category_means_by_hand(paper_grid, paper_analysis):
     for c in ("early", "mid", "late"):
         sub = fin[fin["cat"] == c]
         assert lc[c]["n"] == len(sub)
-        for m in st.CATEGORY_METRICS:
+        for m in CATEGORY_METRICS:
             assert lc[c][m] == pytest.approx(sub[m].mean())
     assert lc["mid"]["n"] == 12 * (2 + 2 + 2)  # 3 inits x 4 seeds, 2 mid layers at every depth
     by = paper_analysis.stats["layer_categories_by_depth"]
@@ -229,14 +236,14 @@ def test_layer_category_means_by_hand(paper_grid, paper_analysis):
 
 def _hand_bridge(g: pd.DataFrame) -> dict[str, float]:
     out = {}
-    for name, (m, sign) in st.BRIDGE_QUANTITIES.items():
+    for name, (m, sign) in BRIDGE_QUANTITIES.items():
         ref = sps.linregress(g["epoch"].astype(float), g[m])
         out[name] = sign * ref.slope / g[m].mean()
     return out
 
 
 def test_bridge_pearson_equals_corrcoef(small):
-    an = st.compute_all(small)
+    an = compute_all(small)
     base = small["layers"][small["layers"]["sweep"] == "baseline"]
     unc = base[base["init"].isin(vocab.uncoupled_inits())]
     per_seed = [_hand_bridge(g) for _, g in unc.groupby(["run_id", "layer"])]
@@ -250,7 +257,7 @@ def test_bridge_pearson_equals_corrcoef(small):
         cells.append(_hand_bridge(trace))
     for level, rows in (("per_seed", per_seed), ("seed_averaged", cells)):
         q = pd.DataFrame(rows)
-        for a, b in st.BRIDGE_PAIRS:
+        for a, b in BRIDGE_PAIRS:
             got = an.stats["bridge"][level][f"{a}__{b}"]
             r = np.corrcoef(q[a], q[b])[0, 1]
             assert got["r"] == pytest.approx(r, rel=1e-9)
@@ -262,10 +269,10 @@ def test_bridge_pearson_equals_corrcoef(small):
 
 
 def test_pearson_degenerate_inputs():
-    assert st.pearson([1.0, 2.0], [2.0, 3.0])["r"] is None
-    c = st.pearson([1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 3.0, 4.0])
+    assert pearson([1.0, 2.0], [2.0, 3.0])["r"] is None
+    c = pearson([1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 3.0, 4.0])
     assert c["r"] is None and c["p"] is None and c["note"] == "constant input"
-    nan = st.pearson([1.0, np.nan, 3.0, 4.0], [1.0, 2.0, 2.0, 5.0])
+    nan = pearson([1.0, np.nan, 3.0, 4.0], [1.0, 2.0, 2.0, 5.0])
     assert nan["n"] == 3 and nan["r"] == pytest.approx(np.corrcoef([1, 3, 4], [1, 2, 5])[0, 1])
 
 
@@ -278,7 +285,7 @@ def test_bridge_with_too_few_cells_does_not_crash():
         interventions=False,
         checkpoints=False,
     )
-    an = st.compute_all(tb)
+    an = compute_all(tb)
     sa = an.stats["bridge"]["seed_averaged"]["key_spec__qk_compression"]
     assert sa["n"] == 2 and sa["r"] is None and sa["p"] is None
     assert "bridge.seed_averaged.key_spec__qk_compression" in an.stats["missing"]
@@ -321,7 +328,7 @@ def _hand_confidence(planted: Planted, n_seeds: int) -> dict[str, tuple[float, d
 def test_confidence_equals_hand_count(violations):
     planted = Planted(violations=violations)
     tb = make_synthetic_store(n_seeds=1, depths=(4,), epochs=3, planted=planted, checkpoints=False)
-    an = st.compute_all(tb)
+    an = compute_all(tb)
     iv = an.stats["interventions"]
     assert an.stats["interventions_init"] == "independent_xavier"
     assert "interventions_by_init" not in an.stats
@@ -344,7 +351,7 @@ def test_confidence_equals_hand_count(violations):
 def test_intervention_means_and_pairing_by_hand(small):
     # row order must not matter: shuffle every table before reducing
     shuffled = {k: v.sample(frac=1.0, random_state=3) for k, v in small.items()}
-    an = st.compute_all(shuffled)
+    an = compute_all(shuffled)
     lay = small["layers"][small["layers"]["sweep"] == "interventions"]
     ep = small["epochs"][small["epochs"]["sweep"] == "interventions"]
     fin = lay[lay["epoch"] == lay["epoch"].max()]
@@ -366,14 +373,14 @@ def test_exact_zero_effect_does_not_count_as_a_direction():
     tb = make_synthetic_store(
         n_seeds=1, depths=(4,), epochs=2, planted=planted, baseline=False, checkpoints=False
     )
-    iv = st.compute_all(tb).stats["interventions"]
+    iv = compute_all(tb).stats["interventions"]
     assert iv["freeze_q"]["attn_entropy"]["delta"] == pytest.approx(0.0, abs=1e-12)
     assert iv["freeze_q"]["confidence"] == 0.0
     assert iv["freeze_k"]["confidence"] == 1.0
 
 
 def test_slope_counts_treat_zero_as_neither():
-    d = st._count_desc(np.array([0.5, 0.0, -0.25, np.nan]))
+    d = _count_desc(np.array([0.5, 0.0, -0.25, np.nan]))
     assert (d["positive"], d["negative"], d["n"]) == (1, 1, 3)
     assert d["mean"] == pytest.approx(0.25 / 3)
 
@@ -387,7 +394,7 @@ def test_interventions_several_inits_and_missing_none():
         checkpoints=False,
         iv_inits=("qk_identical", "independent_xavier"),
     )
-    an = st.compute_all(tb)
+    an = compute_all(tb)
     assert an.stats["interventions_init"] == "independent_xavier"
     assert set(an.stats["interventions_by_init"]) == {"qk_identical", "independent_xavier"}
     assert an.stats["interventions_by_init"]["independent_xavier"] == an.stats["interventions"]
@@ -398,7 +405,7 @@ def test_interventions_several_inits_and_missing_none():
         layers=lay[lay["intervention"] != "none"],
         epochs=tb["epochs"][tb["epochs"]["intervention"] != "none"],
     )
-    s = st.compute_all(tb2).stats
+    s = compute_all(tb2).stats
     assert s["interventions"]["freeze_k"]["attn_entropy"]["mean"] is not None
     assert s["interventions"]["freeze_k"]["attn_entropy"]["delta"] is None
     assert s["interventions"]["freeze_k"]["confidence"] is None
@@ -442,13 +449,13 @@ def test_checkpoint_progress_is_min_max_scaled(paper_grid):
     steps when tokens are missing; a one-revision series sits at 1."""
     ck = paper_grid["checkpoints"].copy()
     ck["progress"] = np.nan
-    revs = st.checkpoint_revision_means(ck)
+    revs = checkpoint_revision_means(ck)
     g = revs[revs["series"] == "gpt2-small"].sort_values("progress")
     # tokens are total·(r+1)/5, r = 0..4: min–max gives 0, 1/4, 1/2, 3/4, 1
     assert g["progress"].tolist() == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])
     assert revs.loc[revs["series"] == "olmo-1b", "progress"].tolist() == [1.0]
     ck["tokens"] = np.nan  # steps, min–max scaled the same way
-    g2 = st.checkpoint_revision_means(ck).query("series == 'gpt2-small'").sort_values("progress")
+    g2 = checkpoint_revision_means(ck).query("series == 'gpt2-small'").sort_values("progress")
     assert g2["progress"].tolist() == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])
 
 
@@ -463,7 +470,7 @@ def test_diverged_runs_are_excluded(small):
     tb["epochs"].loc[(tb["epochs"]["run_id"] == rid) & (tb["epochs"]["epoch"] == 9), "status"] = (
         "diverged"
     )
-    s = st.compute_all(tb).stats
+    s = compute_all(tb).stats
     assert rid in s["provenance"]["excluded_runs"]
     assert s["provenance"]["sweeps"]["baseline"]["n_runs"] == 27 - 1
     assert sum(v["n"] for v in s["alignment"]["final"].values()) == 26
@@ -476,7 +483,7 @@ def test_stats_are_json_scalars(paper_analysis):
 
 
 def test_reference_values_match_spec():
-    ref = st.PAPER_REFERENCE
+    ref = PAPER_REFERENCE
     assert ref["alignment"]["final"]["qk_identical"] == {"mean": 0.4530, "sd": 0.0950}
     assert ref["alignment"]["hedges_g"] == 4.489
     assert ref["bridge"]["seed_averaged"]["key_spec__qk_compression"]["r"] == 0.840

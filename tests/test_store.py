@@ -18,10 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweep import store as store_module
-from sweep.compact import compact, locks, sweep_lock, validate
-from sweep.schema import EPOCH_METRICS, LAYER_METRICS, SCHEMA_VERSION, SCHEMAS, run_id
-from sweep.store import Store, StoreError, safe_name
+from sweep.store import Store, StoreError, compact, locks, safe_name, sweep_lock, validate
+from sweep.store.schema import EPOCH_METRICS, KEYS, LAYER_METRICS, SCHEMA_VERSION, SCHEMAS, run_id
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,7 +59,7 @@ def data_files(root: Path, table: str) -> list[Path]:
 
 
 def sorted_frame(df: pd.DataFrame, table: str) -> pd.DataFrame:
-    keys = list(store_module.KEYS[table])
+    keys = list(KEYS[table])
     return df.sort_values(keys).reset_index(drop=True)[list(SCHEMAS[table].names)]
 
 

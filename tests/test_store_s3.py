@@ -11,8 +11,7 @@ import pytest
 import s3_server
 from test_store import fill, layer_rows
 
-from sweep.compact import compact, validate
-from sweep.store import Store, StoreError
+from sweep.store import Store, StoreError, compact, validate
 
 
 def closed_port() -> int:

@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from model.corpus import load_corpus
-from sweep.checkpoint_series import load_manifest
-from sweep.tiny_series import SERIES_NAME, main
+from sweep.extension.checkpoint_series import load_manifest
+from sweep.extension.tiny_series import SERIES_NAME, main
 
 
 def test_tiny_series_builds_a_loadable_manifest_with_char_tokenizer(tmp_path) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from model.train import EpochReport, TrainConfig, Trainer
-from sweep.schema import EPOCH_METRICS, LAYER_GRAD_METRICS, LAYER_METRICS
+from sweep.store.schema import EPOCH_METRICS, LAYER_GRAD_METRICS, LAYER_METRICS
 from tests.helpers import CONTEXT, tiny_corpus, tiny_model_cfg, tiny_train_cfg
 
 EPOCHS, STEPS, BATCH = 3, 5, 8

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from sweep.checkpoint_series import Manifest
-from sweep.integrity import weights_sha256
-from sweep.schema import CHECKPOINT_METRICS, SCHEMA_VERSION
+from sweep.extension.checkpoint_series import Manifest
+from sweep.extension.integrity import weights_sha256
+from sweep.store.schema import CHECKPOINT_METRICS, SCHEMA_VERSION
 
 #: Files a revision needs: weights (safetensors when the revision has them), config, tokenizer.
 CONFIG_PATTERNS = ["*.json", "*.txt", "*.model", "*.tiktoken"]

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from metrics import vocabulary as vocab
-from metrics.stats import INTERVENTION_METRICS, PAPER_REFERENCE
+from analysis import vocabulary as vocab
+from analysis.interventions import INTERVENTION_METRICS
+from analysis.reference import PAPER_REFERENCE
 
 TABLE_NAMES = (
     "table3_alignment",

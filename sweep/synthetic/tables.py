@@ -1,152 +1,25 @@
-"""A synthetic store with planted, known structure (shared by tests and benchmarks).
+"""The synthetic store's tables: rows with the schema's columns, built from a ``Planted``; and
+``write_store``, which writes them as a store."""
 
-It lives in the ``sweep`` package (not under ``tests/``) so that ``bench/``, the
-tests and a Ray worker can all import it as ``sweep.synthetic``.
-
-``make_synthetic_store()`` returns ``{"layers", "epochs", "checkpoints"}``
-DataFrames with exactly the columns and dtypes of ``sweep.schema``. The
-default is the paper grid: 3 inits x depths 4/6/8 x 4 seeds x 45 epochs
-(36 runs, 216 run-layer trajectories), 6 intervention conditions x 5 seeds x
-8 layers x 15 epochs, and four checkpoint series.
-
-Planted structure (``Planted``; defaults give the counts in ``expected_slope_counts``):
-
-* slopes per (init, depth, layer) cell: pr_q rises, pr_k falls, except
-  - qk_identical cells at ``coupled_pr_k_reversal_layers`` whose pr_k rises,
-  - ``inverted_cells`` where pr_q falls steeply and pr_k barely, so pr_q − pr_k falls;
-  every run multiplies its cell's slopes by a factor in [0.8, 1.2] (signs kept).
-* bridge: a latent z per cell drives −slope(pr_k), −slope(qk_erank), −slope(attn_entropy)
-  and slope(attn_top1) together, so all three bridge correlations are positive.
-* alignment: qk_identical starts at 1 and ends near ``coupled_final + coupled_final_per_layer * depth``,
-  the uncoupled inits end near ``uncoupled_final``; the gap grows with depth.
-* interventions: the final layer-mean of every condition is the matched ``none``
-  run plus ``effects[condition][metric]``; each ``(condition, seed index, metric)``
-  in ``violations`` flips that effect's sign for that seed.
-* checkpoints: series with a known sign of the pr_q − pr_k slope on progress and
-  a link (pr_k -> qk_erank -> attn_entropy) that holds or is broken.
-
-``scale`` multiplies the number of seeds of both sweeps (rows grow linearly).
-"""
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from interventions import CONTROL, PAPER_CONDITIONS
-from model.qk_init import DEFAULT_INIT, PAPER_INITS, QK_INITS
-from sweep.schema import SCHEMA_VERSION, SCHEMAS, run_id
-
-# The grid comes from the registries: the paper's regimes and conditions.
-INITS = PAPER_INITS
-UNCOUPLED = tuple(i for i in INITS if not QK_INITS[i].coupled)
-COUPLED = tuple(i for i in INITS if QK_INITS[i].coupled)
-CONDITIONS = PAPER_CONDITIONS
-IV_SEEDS = (7, 37, 42, 105, 210)
-#: Planted per-head alignment offsets (4 heads, mean 0): head h of a baseline row has
-#: ``qk_alignment + HEAD_OFFSETS[h]``.
-HEAD_OFFSETS = (-0.03, -0.01, 0.01, 0.03)
-
-
-def _default_effects() -> dict[str, dict[str, float]]:
-    return {
-        CONTROL: {},
-        "forced_k_contraction": {
-            "attn_entropy": -0.30,
-            "logit_std": +1.40,
-            "qk_erank": -2.0,
-            "pr_k": -3.0,
-            "val_loss": +0.010,
-        },
-        "k_spectrum_clamp": {
-            "attn_entropy": +0.20,
-            "logit_std": -0.80,
-            "qk_erank": +3.0,
-            "pr_k": +2.0,
-            "val_loss": +0.004,
-        },
-        "freeze_k": {
-            "attn_entropy": +0.25,
-            "logit_std": -0.90,
-            "qk_erank": +2.5,
-            "pr_k": +1.0,
-            "val_loss": +0.015,
-        },
-        "freeze_q": {
-            "attn_entropy": +0.10,
-            "logit_std": -0.20,
-            "qk_erank": +0.5,
-            "val_loss": +0.008,
-        },
-        "qk_align_reg": {"attn_entropy": +0.01, "logit_std": -0.02, "qk_erank": +0.05},
-    }
-
-
-@dataclass(frozen=True)
-class Planted:
-    """Known structure planted in the synthetic store (see the module docstring)."""
-
-    pr_q_slope: float = 0.10  # per epoch at 45 epochs (rescaled to keep the same total change)
-    pr_k_slope: float = -0.06
-    coupled_pr_k_reversal_layers: tuple[int, ...] = (0,)
-    reversal_pr_k_slope: float = 0.04
-    inverted_cells: tuple[tuple[str, int, int], ...] = (("disjoint_support_xavier", 4, 3),)
-    coupled_final: float = 0.25
-    coupled_final_per_layer: float = 0.03
-    uncoupled_final: tuple[tuple[str, float], ...] = (
-        ("independent_xavier", 0.19),
-        ("disjoint_support_xavier", 0.20),
-    )
-    #: initial alignment of uncoupled inits other than 0.0499 (coupled inits start at 1)
-    uncoupled_initial: tuple[tuple[str, float], ...] = (("disjoint_support_xavier", 0.0),)
-    alignment_run_sd: float = 0.015
-    noise_sd: float = 0.01
-    effects: dict = field(default_factory=_default_effects, hash=False, compare=False)
-    violations: tuple[tuple[str, int, str], ...] = (
-        ("forced_k_contraction", 1, "logit_std"),
-        ("k_spectrum_clamp", 0, "qk_erank"),
-        ("k_spectrum_clamp", 0, "attn_entropy"),
-        ("freeze_q", 2, "attn_entropy"),
-        ("freeze_q", 3, "attn_entropy"),
-    )
-
-    def cell_signs(self, init: str, depth: int, layer: int) -> dict[str, float]:
-        """Planted slope (before the per-cell latent scaling) of pr_q and pr_k in a cell."""
-        q, k = self.pr_q_slope, self.pr_k_slope
-        if init in COUPLED and layer in self.coupled_pr_k_reversal_layers:
-            k = self.reversal_pr_k_slope
-        if (init, depth, layer) in self.inverted_cells:
-            q, k = -self.pr_q_slope, self.pr_k_slope / 3.0
-        return {"pr_q": q, "pr_k": k}
-
-
-def expected_slope_counts(depths=(4, 6, 8), planted: Planted | None = None, inits=INITS) -> dict:
-    """Counts of positive/negative seed-averaged slopes that the planted cells imply."""
-    p = planted or Planted()
-    groups = {"uncoupled": UNCOUPLED, "coupled": COUPLED, "pooled": INITS}
-    out: dict = {}
-    for g, members in groups.items():
-        out[g] = {
-            m: {"positive": 0, "negative": 0, "n": 0} for m in ("pr_q", "pr_k", "pr_q_minus_pr_k")
-        }
-        for init in members:
-            if init not in inits:
-                continue
-            for d in depths:
-                for layer in range(d):
-                    s = p.cell_signs(init, d, layer)
-                    vals = {
-                        "pr_q": s["pr_q"],
-                        "pr_k": s["pr_k"],
-                        "pr_q_minus_pr_k": s["pr_q"] - s["pr_k"],
-                    }
-                    for m, v in vals.items():
-                        out[g][m]["n"] += 1
-                        out[g][m]["positive" if v > 0 else "negative"] += 1
-    return out
+from interventions import CONTROL
+from model.qk_init import DEFAULT_INIT
+from sweep.store.schema import SCHEMA_VERSION, SCHEMAS, run_id
+from sweep.synthetic.planted import (
+    CHECKPOINT_SERIES,
+    CONDITIONS,
+    COUPLED,
+    HEAD_OFFSETS,
+    INITS,
+    IV_SEEDS,
+    Planted,
+)
 
 
 def _conform(df: pd.DataFrame, table: str) -> pd.DataFrame:
@@ -377,26 +250,6 @@ def _interventions(seeds, epochs, planted: Planted, inits, preset, rng, depth=8)
     )
     final_val = np.array([f["val_loss"] for f in finals])
     return _conform(layers, "layers"), _epochs_rows(runs, epochs, rng, final_val=final_val)
-
-
-#: series -> (n_layers, revisions, sign of the pr_q − pr_k slope, link holds)
-CHECKPOINT_SERIES = {
-    "gpt2-small": (12, 5, +1, True),
-    "pythia-70m": (6, 4, -1, True),
-    "pythia-160m": (12, 3, -1, False),
-    "olmo-1b": (16, 1, -1, True),
-}
-
-
-def expected_checkpoints() -> dict:
-    """What ``CHECKPOINT_SERIES`` implies for Appendix A."""
-    fitted = {k: v for k, v in CHECKPOINT_SERIES.items() if v[1] >= 3}
-    return {
-        "n_fitted_series": len(fitted),
-        "positive_series": sum(v[2] > 0 for v in fitted.values()),
-        "link_recurs_series": sum(v[3] for v in fitted.values()),
-        "n_revisions": {k: v[1] for k, v in CHECKPOINT_SERIES.items()},
-    }
 
 
 def _checkpoints(rng) -> pd.DataFrame:

@@ -7,8 +7,8 @@ directory holds ``=``, so pandas infers no partitions::
     {root}/layers/{run_id}/epoch-0003.parquet     one file per (run, epoch)
     {root}/epochs/{run_id}/epoch-0003.parquet
     {root}/checkpoints/{series}/{revision}.parquet
-    {root}/{table}/{dir}/compacted.parquet        written by ``compact`` (sweep/compact.py)
-    {root}/_locks/{name}.json                     ``sweep_lock``: a sweep is writing
+    {root}/{table}/{dir}/compacted.parquet        written by ``compact`` (sweep/store/compact.py)
+    {root}/_locks/{name}.json                     ``sweep_lock`` (sweep/store/locks.py): a sweep is writing
 
 Names are made path-safe by ``safe_name``. Writes are atomic (temporary
 ``.name.inprogress`` then rename on file systems; one object PUT on object
@@ -18,7 +18,7 @@ start with ``.`` or ``_``, and skip unreadable files with a warning.
 Precedence rule: a row of ``compacted.parquet`` is *shadowed* (not read) when its
 own per-epoch file exists, readable, in the same directory. So a rewrite after
 compaction, or a compaction that crashed before deleting its inputs, never shows
-a row twice through ``Store.read``; sweep/compact.py explains the rest.
+a row twice through ``Store.read``; sweep/store/compact.py explains the rest.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import hashlib
 import os
 import re
 import socket
-import sys
 import uuid
 import warnings
 from contextlib import suppress
@@ -39,11 +38,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from sweep.schema import KEYS, SCHEMA_VERSION, SCHEMAS, TABLES
-
-#: The maintenance API lives in sweep/compact.py and is re-exported here lazily.
-_MAINTENANCE = ("compact", "validate", "ValidationReport", "CompactionReport", "sweep_lock", "LockInfo", "locks")
-__all__ = ["Store", "StoreError", "ScanResult", "DirListing", "safe_name", "file_name", "main", *_MAINTENANCE]
+from sweep.store.schema import KEYS, SCHEMA_VERSION, SCHEMAS, TABLES
 
 COMPACTED = "compacted.parquet"
 #: Per table, the column naming a file's directory and the column naming the file in it.
@@ -376,60 +371,3 @@ def _to_arrow(table: str, rows: list[dict]) -> pa.Table:
     if len(set(keys)) != len(keys):
         raise ValueError(f"duplicate {KEYS[table]} among the rows written to {table}")
     return data
-
-
-def __getattr__(name: str):  # re-export the maintenance API lazily (sweep.compact imports this module)
-    if name in _MAINTENANCE:
-        from sweep import compact as maintenance
-
-        return getattr(maintenance, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m sweep.store {validate,compact} [--store URI]``.
-
-    Exit status: 0 fine; 1 ``validate`` found problems in the store; 2 the store
-    cannot be read (or a bad value), with one line on stderr.
-    """
-    from sweep.cli import DEFAULT_STORE, ArgumentParser, HelpFormatter, fail
-    from sweep.compact import compact, validate  # the importable modules, so classes match
-    from sweep.store import Store, StoreError
-
-    prog = "python -m sweep.store"
-    parser = ArgumentParser(prog=prog, description="Check or compact a store.",
-                                     formatter_class=HelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("validate", formatter_class=HelpFormatter,
-                   help="report duplicates, gaps, NaNs, unreadable files; exit 1 if any, 2 if unreadable")
-    pc = sub.add_parser("compact", formatter_class=HelpFormatter,
-                        help="merge per-epoch files into one file per run directory")
-    pc.add_argument("--table", choices=TABLES, help="one table (default: all)")
-    pc.add_argument("--force", action="store_true", help="compact even while a sweep lock is fresh")
-    for p in sub.choices.values():
-        p.add_argument("--store", default=DEFAULT_STORE, help="root: path, file:// or s3://bucket/prefix")
-        p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
-    args = parser.parse_args(argv)
-    try:
-        store = Store(args.store)
-        if not store.exists():
-            raise StoreError(f"--store {args.store}: no store there (nothing to {args.command})")
-        if args.command == "validate":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the report lists unreadable files
-                report = validate(store)
-            print(report)
-            return 0 if report.ok else 1
-        print(compact(store, args.table, force=args.force))
-        return 0
-    except (StoreError, *READ_ERRORS) as exc:
-        if args.debug:
-            raise
-        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        if not isinstance(exc, StoreError):
-            text = f"cannot read the store {args.store}: {text}"
-        raise fail(prog, text) from None
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,78 +1,32 @@
-"""Checkpoint extension (SPEC §7): probe public checkpoint series with a pool of Ray actors.
+"""The probe actor pool: one actor per slot, a dead actor costs one retry, not the run (see __init__)."""
 
-``python -m sweep.extension --series pythia-70m --revisions 8 --store runs/store``
-or ``--manifest FILE`` (see ``sweep.checkpoint_series``). Each revision becomes
-one file ``checkpoints/{series}/{revision}.parquet`` in the store: one row per
-layer with status ``ok``, or one row with status ``failed``, a reason and a
-null layer.
-
-The pool: one actor per slot, each holding one in-flight revision; the driver
-keeps a dict of in-flight refs and loops on ``ray.wait``, so a dead actor costs
-one retry, not the run (``ActorPool.map_unordered`` stops at the first
-``ActorDiedError``). A slot gets work only once its actor is placed and
-constructed, so actors still waiting for resources hold no revision. Actors
-restart without limit (``max_restarts=-1``); Ray retries a task whose actor
-died up to ``TASK_RETRIES`` times and the driver then resubmits it, up to
-``--max-attempts`` times, so a revision that kills its actor every time (e.g.
-out of memory) ends as ``failed`` instead of looping forever. Store writes
-replace the revision's file, so a retried revision never duplicates rows.
-Rerunning skips revisions whose rows are ``ok`` (``--force`` redoes them);
-failed revisions are tried again.
-
-Probe text: the same fixed windows for every revision (``sweep.revision_probe.probe_windows``):
-``--n-seqs`` sequences of ``--seq-len`` tokens in the model's native
-tokenizer, one starting at each of ``--n-seqs`` evenly spaced character
-offsets of the text (default: the embedded ``stdlib-docs`` corpus), without
-special tokens, at positions 0..T−1.
-"""
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import ray
 import torch
 
-from model.plugins import add_plugin_flag, load_plugins, preload
-from sweep.checkpoint_series import (
-    DEFAULT_REVISIONS,
-    SERIES,
+from model.plugins import load_plugins
+from sweep.extension.checkpoint_series import (
     Manifest,
-    build_manifest,
-    load_manifest,
-    write_manifest,
 )
-from sweep.cli import (
-    DEFAULT_STORE,
-    UsageError,
-    at_least,
-    existing_path,
-    flatten,
-    gpu_fraction,
-    local_gpus,
-    name_list,
-    parser,
-    positive,
-    read_text,
-    run_cli,
-)
-from sweep.integrity import DUPLICATE_PREFIX, mark_duplicates
-from sweep.revision_probe import (
+from sweep.extension.integrity import DUPLICATE_PREFIX, mark_duplicates
+from sweep.extension.revision_probe import (
     Job,
     ProbeSettings,
     checkpoint_rows,
     jobs_from_manifest,
     probe_revision,
 )
-from sweep.store import Store, sweep_lock
+from sweep.ray_env import absolute_uri, default_gpus
+from sweep.store import Store
 
 #: Ray's own retries of a task whose actor died (bounded: see the module docstring).
 TASK_RETRIES = 2
@@ -87,11 +41,6 @@ class JobResult:
     n_layers: int = 0
     seconds: float = 0.0
     pid: int | None = None
-
-
-def absolute_uri(uri: str) -> str:
-    """Actors may run in another working directory: make a local store path absolute."""
-    return uri if "://" in uri else str(Path(uri).resolve())
 
 
 def done_revisions(store: Store) -> set[tuple[str, str]]:
@@ -151,9 +100,7 @@ class Pool:
 
     def start(self) -> Pool:
         self.settings = replace(self.settings, store=absolute_uri(self.settings.store))
-        gpus = self.gpus_per_actor
-        if gpus is None:
-            gpus = 0.25 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        gpus = default_gpus(self.gpus_per_actor)
         self._text_ref = ray.put(self.text)
         options = {"num_cpus": self.settings.cpus or self.settings.threads, "num_gpus": gpus}
         self.actors = [
@@ -256,7 +203,7 @@ def run_extension(
     own settings and text apply); default: a fresh pool for this call. Returns
     one result per revision, skipped ones included. Afterwards a revision whose
     weights repeat another's in its series is marked ``duplicate_of:<revision>``
-    (``sweep.integrity``).
+    (``sweep.extension.integrity``).
     """
     from tqdm.auto import tqdm
 
@@ -301,140 +248,3 @@ def format_summary(summary: dict[str, dict[str, int]], results: list[JobResult])
     lines += [f"  {r.series}@{r.revision}: same weights as another revision, {r.reason} "
               "(left out of Appendix A)" for r in results if r.status == "duplicate"]
     return "\n".join(lines)
-
-
-# --- command line ---------------------------------------------------------------------------
-
-
-def default_probe_text() -> str:
-    """The embedded ``stdlib-docs`` corpus (SPEC §2)."""
-    from model.corpus import stdlib_docs_text
-
-    return stdlib_docs_text()
-
-
-def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None) -> bool:
-    """Connect to ``address`` or start a local Ray; True when this call started it (then stop it)."""
-    if ray.is_initialized():
-        return False
-    if address:
-        ray.init(address=address)
-    else:
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False)
-    return True
-
-
-PROG = "python -m sweep.extension"
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    preload(argv, PROG)  # --plugin modules: their names are valid below
-    p = parser(PROG, __doc__.split("\n\n")[0])
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--manifest", help="JSON manifest of revisions (see sweep/checkpoint_series.py)")
-    src.add_argument("--series", type=name_list, nargs="+", metavar="NAME",
-                     help=f"series from the registry, a,b or a b (default: all): {', '.join(SERIES)}")
-    p.add_argument("--revisions", type=int, default=DEFAULT_REVISIONS,
-                   help="revisions per series, log-uniform over training (endpoint-only series: 1)")
-    p.add_argument("--write-manifest", metavar="FILE", help="save the manifest used, for a rerun")
-    p.add_argument("--store", default=DEFAULT_STORE, help="Parquet store root: a path or s3://bucket/prefix")
-    p.add_argument("--actors", type=int, default=2, help="probe actors (>= 1)")
-    p.add_argument("--gpus-per-actor", type=float, default=None,
-                   help="GPUs per actor, 0..one node's GPUs (default 0.25 when the cluster has GPUs, else 0)")
-    p.add_argument("--cpus-per-actor", type=float, default=1.0,
-                   help="CPUs per actor (> 0); torch threads = max(1, floor of it)")
-    p.add_argument("--text", help="probe text, a UTF-8 file (default: the embedded stdlib-docs corpus)")
-    p.add_argument("--n-seqs", type=int, default=16, help="probe sequences (>= 1)")
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per probe sequence (>= 2)")
-    p.add_argument("--hf-cache", help="hub cache shared by the actors of a node (default: HF's own)")
-    p.add_argument("--max-attempts", type=int, default=2,
-                   help="tries of a revision whose actor keeps dying before it is recorded as failed (>= 1)")
-    p.add_argument("--allow-pickle-weights", action="store_true",
-                   help="also load pickled *.bin weights when a revision has no safetensors "
-                   "(a pickle can run code: only for repositories you trust)")
-    p.add_argument("--force", action="store_true", help="redo revisions already in the store")
-    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
-    p.add_argument("--num-cpus", type=int, help="CPUs of a local Ray, >= 1 (default: all)")
-    p.add_argument("--num-gpus", type=int, help="GPUs of a local Ray, >= 0 (default: detected)")
-    add_plugin_flag(p)
-    args = p.parse_args(argv)
-    args.series = flatten(args.series)
-    if args.series is not None:
-        args.series = list(args.series)
-        bad = [s for s in args.series if s not in SERIES]
-        if bad or not args.series:
-            p.error(f"argument --series: invalid choice: {bad[0] if bad else ''!r} "
-                    f"(choose from {', '.join(SERIES)})")
-    return args
-
-
-def check_args(args: argparse.Namespace) -> None:
-    """Every value, before the store is touched or Ray starts."""
-    at_least("--actors", args.actors, 1)
-    at_least("--n-seqs", args.n_seqs, 1)
-    at_least("--seq-len", args.seq_len, 2)
-    at_least("--revisions", args.revisions, 1)
-    at_least("--max-attempts", args.max_attempts, 1)
-    positive("--cpus-per-actor", args.cpus_per_actor)
-    at_least("--num-cpus", args.num_cpus, 1)
-    at_least("--num-gpus", args.num_gpus, 0)
-    if args.address and (args.num_cpus is not None or args.num_gpus is not None):
-        raise UsageError(f"--num-cpus/--num-gpus size a local Ray; with --address {args.address} the "
-                         "cluster's own resources are used (drop one of them)")
-    if args.address:
-        node = None
-    elif ray.is_initialized():
-        node = max((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
-    else:
-        node = float(args.num_gpus if args.num_gpus is not None else local_gpus())
-    gpu_fraction("--gpus-per-actor", args.gpus_per_actor, node)
-    if args.write_manifest:
-        parent = Path(args.write_manifest).resolve().parent
-        if not parent.is_dir():
-            raise UsageError(f"--write-manifest {args.write_manifest}: folder {parent} does not exist")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Probe the revisions; a bad value ends it with one line and exit status 2, before Ray starts."""
-    return run_cli(PROG, argv, parse_args, _main)
-
-
-def _main(args: argparse.Namespace) -> int:
-    check_args(args)
-    if args.manifest:
-        existing_path("--manifest", args.manifest)
-        manifest = load_manifest(args.manifest, require_paths=True)
-    else:
-        try:
-            manifest = build_manifest(args.series or list(SERIES), args.revisions)
-        except Exception as exc:  # the hub listing needs the network
-            raise UsageError(f"cannot list the series' revisions on the hub ({type(exc).__name__}: {exc}); "
-                             "without network access pass --manifest with local paths") from None
-    text = read_text("--text", args.text) if args.text else default_probe_text()
-    if args.text and len(text) < args.n_seqs:
-        raise UsageError(f"--text {args.text}: {len(text)} characters cannot give --n-seqs {args.n_seqs} "
-                         "sequences")
-    store_uri = absolute_uri(args.store)
-    store = Store(store_uri)
-    store.check_writable()
-    if args.write_manifest:
-        write_manifest(manifest, args.write_manifest)
-    n_revs = sum(len(s.revisions) for s in manifest.series)
-    print(f"[extension] {len(manifest.series)} series, {n_revs} revisions -> {store_uri}")
-    settings = ProbeSettings(store_uri, args.n_seqs, args.seq_len, args.hf_cache,
-                             max(1, int(args.cpus_per_actor)), args.allow_pickle_weights,
-                             args.cpus_per_actor, tuple(args.plugin))
-    started = init_ray(args.address, args.num_cpus, args.num_gpus)
-    try:
-        with sweep_lock(store, "extension"):
-            results = run_extension(manifest, settings, text, args.actors, args.gpus_per_actor,
-                                    args.force, args.max_attempts)
-    finally:
-        if started:
-            ray.shutdown()
-    print(format_summary(summarize(results), results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

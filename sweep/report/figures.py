@@ -1,6 +1,6 @@
 """The report's figures (matplotlib, Agg): PNG (dpi 150) and PDF.
 
-Each function takes the ``metrics.stats.Analysis`` and an output directory,
+Each function takes the ``analysis.compute.Analysis`` and an output directory,
 draws one figure when it has data, and returns the written paths (empty
 when there was nothing to draw).
 """
@@ -17,14 +17,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from metrics import vocabulary as vocab  # noqa: E402
-from metrics.stats import (  # noqa: E402
-    BRIDGE_PAIRS,
-    Analysis,
-    baseline,
-    layer_mean_trajectories,
-    ordered_inits,
-)
+from analysis import vocabulary as vocab  # noqa: E402
+from analysis.bridge import BRIDGE_PAIRS  # noqa: E402
+from analysis.compute import Analysis  # noqa: E402
+from analysis.frames import baseline, layer_mean_trajectories, ordered_inits  # noqa: E402
 
 BRIDGE_LABELS: dict[str, str] = {
     "key_spec": "key specialisation\n−slope(PR$_K$)/mean(PR$_K$)  (1/epoch)",

@@ -1,0 +1,292 @@
+"""The scorecard's claims: one per statement of SPEC §9 and the paper's Appendix A, each with its
+per-seed array, statistic and expected direction."""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis import vocabulary as vocab
+from analysis.bootstrap import Reducer, column, count_runs, fraction, pearson_rows, pivot
+from analysis.compute import Analysis
+from analysis.reference import PAPER_REFERENCE, PAPER_TEXT
+from interventions import PAPER_CONDITIONS
+from model.qk_init import PAPER_INITS, QK_INITS
+
+# The claims are the paper's, so they are about the paper's regimes and conditions;
+# which of them is coupled and what each condition predicts come from the registries.
+COUPLED = next(i for i in PAPER_INITS if QK_INITS[i].coupled)
+UNCOUPLED = tuple(i for i in PAPER_INITS if not QK_INITS[i].coupled)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """Expected direction: value ``>`` / ``<`` ``lo``, or ``in`` [lo, hi]."""
+
+    op: str
+    lo: float
+    hi: float | None = None
+
+    def text(self) -> str:
+        return f"in [{self.lo:g}, {self.hi:g}]" if self.op == "in" else f"{self.op} {self.lo:g}"
+
+    def holds(self, v: float) -> bool:
+        if self.op == ">":
+            return v > self.lo
+        if self.op == "<":
+            return v < self.lo
+        return self.lo <= v <= (self.hi if self.hi is not None else np.inf)
+
+    def excludes_opposite(self, lo: float, hi: float) -> bool:
+        """The whole interval lies on the expected side."""
+        return self.holds(lo) and self.holds(hi)
+
+
+@dataclass
+class Claim:
+    """One scorecard row before its verdict."""
+
+    id: str
+    section: str
+    claim: str
+    paper: str
+    expect: Expect
+    x: np.ndarray | None = None  # [n, ...]
+    reduce: Reducer | None = None
+    n_runs: int = 0
+    unit: str = "seeds"
+    reason: str | None = None  # why not measured
+    note: str | None = None
+    spread: tuple[float, float] | None = None  # the paper's reported spread (paper preset only)
+    level: float | None = None  # the value compared with the spread
+
+
+def alignment_claims(an: Analysis) -> list[Claim]:
+    fin, ini = an.frames.get("alignment_final"), an.frames.get("alignment_initial")
+    why = (an.stats.get("missing") or {}).get("alignment", "no alignment data")
+    inits = (COUPLED, *UNCOUPLED)
+    out: list[Claim] = []
+    a = an.stats.get("alignment") or {}
+    ref = PAPER_REFERENCE["alignment"]
+    ref_final = {i: (v["mean"], v["sd"]) for i, v in ref["final"].items()}
+    ref_init = ref["initial"]
+    if fin is None or fin.empty:
+        specs = [("alignment.initial", "initial alignment: qk_identical above the uncoupled inits",
+                  PAPER_TEXT["alignment.initial"], Expect(">", 0))]
+        specs += [(f"alignment.final.{i}", f"final alignment {i} moved from its initial value",
+                   f"{ref_init[i]:.4f} → {ref_final[i][0]:.4f}", Expect("<" if i == COUPLED else ">", 0))
+                  for i in inits]
+        specs += [("alignment.contrast", "final alignment: qk_identical above the uncoupled inits",
+                   PAPER_TEXT["alignment.contrast"], Expect(">", 0))]
+        return [Claim(i, "alignment", c, p, e, reason=why) for i, c, p, e in specs]
+
+    def by_seed_init(frame: pd.DataFrame) -> tuple[np.ndarray, list]:
+        return pivot(frame, "seed", ["init"], "qk_alignment")
+
+    xf, cf = by_seed_init(fin)
+    xi, ci = by_seed_init(ini)
+    seeds_f = sorted(fin["seed"].unique())
+    seeds_i = sorted(ini["seed"].unique())
+
+    def contrast(cols: list) -> Reducer | None:
+        if COUPLED not in cols or not any(u in cols for u in UNCOUPLED):
+            return None
+        c = cols.index(COUPLED)
+        u = [cols.index(i) for i in UNCOUPLED if i in cols]
+        return lambda avg: avg[:, c] - np.nanmean(avg[:, u], axis=-1)
+
+    need = f"needs {COUPLED} and an uncoupled init in the baseline"
+    r = contrast(ci)
+    out.append(Claim("alignment.initial", "alignment", "initial alignment: qk_identical above the uncoupled inits",
+                     PAPER_TEXT["alignment.initial"], Expect(">", 0), xi, r, count_runs(ini), reason=None if r else need))
+    for init in inits:
+        claim = f"final alignment {init} {'fell' if init == COUPLED else 'rose'} from its initial value"
+        paper = f"{ref_init[init]:.4f} → {ref_final[init][0]:.4f} ± {ref_final[init][1]:.4f}"
+        e = Expect("<" if init == COUPLED else ">", 0)
+        if init not in cf or init not in ci or seeds_f != seeds_i:
+            out.append(Claim(f"alignment.final.{init}", "alignment", claim, paper, e,
+                             reason=f"no initial and final alignment of {init} for the same seeds"))
+            continue
+        d = xf[:, [cf.index(init)]] - xi[:, [ci.index(init)]]
+        m, s = ref_final[init]
+        out.append(Claim(f"alignment.final.{init}", "alignment", claim, paper, e, d, column(0),
+                         count_runs(fin[fin["init"] == init]), spread=(m - s, m + s),
+                         level=(a.get("final") or {}).get(init, {}).get("mean")))
+    r = contrast(cf)
+    note = None
+    if a.get("welch_p") is not None:
+        note = f"Welch p = {a['welch_p']:.2g}, Hedges' g = {a['hedges_g']:.2f}"
+    out.append(Claim("alignment.contrast", "alignment", "final alignment: qk_identical above the uncoupled inits",
+                     PAPER_TEXT["alignment.contrast"], Expect(">", 0), xf, r,
+                     count_runs(fin), reason=None if r else need, note=note))
+    out += gap_claims(fin)
+    return out
+
+
+def gap_claims(fin: pd.DataFrame) -> list[Claim]:
+    """Gap = qk_identical − the larger uncoupled mean, per depth, and its growth with depth."""
+    x, cols = pivot(fin, "seed", ["depth", "init"], "qk_alignment")
+    depths = sorted({d for d, _ in cols})
+    usable = [d for d in depths if (d, COUPLED) in cols and any((d, u) in cols for u in UNCOUPLED)]
+
+    def gap(d: int) -> Reducer:
+        c = cols.index((d, COUPLED))
+        u = [cols.index((d, i)) for i in UNCOUPLED if (d, i) in cols]
+        return lambda avg: avg[:, c] - np.nanmax(avg[:, u], axis=-1)
+
+    out = []
+    for d in sorted(set(depths) | {4, 8}):
+        claim = f"alignment gap at {d} layers positive"
+        if d not in usable:
+            out.append(Claim(f"alignment.gap.L{d}", "alignment", claim, PAPER_TEXT.get(f"alignment.gap.L{d}", "—"), Expect(">", 0),
+                             reason=f"no {d}-layer runs of both {COUPLED} and an uncoupled init"))
+            continue
+        out.append(Claim(f"alignment.gap.L{d}", "alignment", claim, PAPER_TEXT.get(f"alignment.gap.L{d}", "—"), Expect(">", 0),
+                         x, gap(d), count_runs(fin[fin["depth"] == d])))
+    claim = "alignment gap grows with depth (deepest − shallowest)"
+    if len(usable) < 2:
+        out.append(Claim("alignment.gap.growth", "alignment", claim, PAPER_TEXT["alignment.gap.growth"],
+                         Expect(">", 0), reason="needs the gap at two depths"))
+    else:
+        lo, hi = gap(usable[0]), gap(usable[-1])
+        out.append(Claim("alignment.gap.growth", "alignment", f"{claim}: {usable[0]} → {usable[-1]}",
+                         PAPER_TEXT["alignment.gap.growth"], Expect(">", 0), x,
+                         lambda avg: hi(avg) - lo(avg), count_runs(fin)))
+    return out
+
+
+def slope_claims(an: Analysis) -> list[Claim]:
+    rs = an.frames.get("run_slopes")
+    specs = [("slopes.pr_q_minus_pr_k", "pr_q − pr_k slope positive in most seed-averaged traces",
+              PAPER_TEXT["slopes.pr_q_minus_pr_k"], "pr_q_minus_pr_k", +1),
+             ("slopes.pr_k", "pr_k slope negative in most seed-averaged traces", PAPER_TEXT["slopes.pr_k"], "pr_k", -1)]
+    out = []
+    for cid, claim, paper, metric, sign in specs:
+        if rs is None or rs.empty:
+            why = (an.stats.get("missing") or {}).get("slopes", "no baseline trajectories")
+            out.append(Claim(cid, "slopes", claim, paper, Expect(">", 0.5), reason=why))
+            continue
+        x, _ = pivot(rs, "seed", ["init", "depth", "layer"], f"{metric}_slope")
+        out.append(Claim(cid, "slopes", claim, paper, Expect(">", 0.5), x, fraction(sign), count_runs(rs),
+                         note="value = fraction of seed-averaged traces"))
+    return out
+
+
+def category_claims(an: Analysis) -> list[Claim]:
+    fl = an.frames.get("final_layers")
+    specs = [("categories.late_mid.qk_erank", "late layers' qk_erank above mid layers'", "late", "mid", "qk_erank"),
+             ("categories.late_mid.pr_q", "late layers' pr_q above mid layers'", "late", "mid", "pr_q"),
+             ("categories.early_mid.attn_entropy", "mid layers are the entropy bottleneck (early − mid > 0)",
+              "early", "mid", "attn_entropy"),
+             ("categories.early_mid.qk_erank", "mid layers' qk_erank below early layers'",
+              "early", "mid", "qk_erank")]
+    out = []
+    for cid, claim, hi, lo, metric in specs:
+        paper = PAPER_TEXT[cid]
+        if fl is None or fl.empty or not {hi, lo} <= set(fl["category"]):
+            out.append(Claim(cid, "layer_categories", claim, paper, Expect(">", 0),
+                             reason=f"no {hi} and {lo} layers at the depths present"))
+            continue
+        x, cols = pivot(fl, "seed", ["category"], metric)
+        i, j = cols.index(hi), cols.index(lo)
+        out.append(Claim(cid, "layer_categories", claim, paper, Expect(">", 0), x,
+                         lambda avg, i=i, j=j: avg[:, i] - avg[:, j], count_runs(fl)))
+    return out
+
+
+BRIDGE = {  # pair -> (metric a, sign a, metric b, sign b), value = sign * slope / mean
+    "key_spec__qk_compression": ("pr_k", -1, "qk_erank", -1),
+    "qk_compression__entropy_sharpening": ("qk_erank", -1, "attn_entropy", -1),
+    "qk_compression__top1_sharpening": ("qk_erank", -1, "attn_top1", +1),
+}
+
+
+def bridge_claims(an: Analysis) -> list[Claim]:
+    ps = an.frames.get("per_seed")
+    out = []
+    for pair, (ma, sa, mb, sb) in BRIDGE.items():
+        cid, claim = f"bridge.{pair}", f"bridge r({pair.replace('__', ', ')}) > 0 over uncoupled seed-averaged cells"
+        paper = PAPER_TEXT[cid]
+        if ps is None or ps.empty:
+            why = (an.stats.get("missing") or {}).get("bridge", "no uncoupled baseline runs")
+            out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), reason=why))
+            continue
+        mats = [pivot(ps, "seed", ["init", "depth", "layer"], f"{m}_{k}")[0]
+                for m in (ma, mb) for k in ("slope", "mean")]
+        x = np.stack(mats, axis=-1)  # (n, cells, 4)
+
+        def reduce(avg: np.ndarray, sa=sa, sb=sb) -> np.ndarray:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                qa = sa * avg[..., 0] / avg[..., 1]
+                qb = sb * avg[..., 2] / avg[..., 3]
+            return pearson_rows(qa, qb)
+
+        out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), x, reduce, count_runs(ps),
+                         note=f"{x.shape[1]} cells"))
+    return out
+
+
+def intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
+    pairs = an.frames.get("intervention_pairs")
+    runs = an.frames.get("intervention_runs")
+    arrows = {+1: "↑", -1: "↓"}
+    out = []
+    for cond in PAPER_CONDITIONS:
+        pred = vocab.predicted(cond)
+        for metric, sign in pred.items():
+            cid = f"interventions.{cond}.{metric}"
+            claim = f"{cond}: {metric} {arrows[sign]} vs matched none (paired Δ)"
+            paper = PAPER_TEXT.get(cid, "confidence 1.00" if cond != "freeze_q" else "softens (↑ entropy)")
+            e = Expect(">" if sign > 0 else "<", 0)
+            sub = pairs[pairs["intervention"] == cond] if pairs is not None and not pairs.empty else None
+            if sub is None or sub.empty or sub[f"d_{metric}"].notna().sum() == 0:
+                out.append(Claim(cid, "interventions", claim, paper, e,
+                                 reason=f"no {cond} run with a matched none run"))
+                continue
+            x, _ = pivot(sub, "seed", ["intervention"], f"d_{metric}")
+            out.append(Claim(cid, "interventions", claim, paper, e, x, column(0), count_runs(sub)))
+    cid, claim = "interventions.val_loss", "final val_loss of the intervention family in the paper's range"
+    lo, hi = PAPER_REFERENCE["interventions"]["val_loss_range"]
+    e = Expect("in", lo, hi)
+    if not paper_scale:
+        out.append(Claim(cid, "interventions", claim, PAPER_TEXT[cid], e,
+                         reason="a WikiText-103 loss level: compared at paper scale only"))
+    elif runs is None or runs.empty or runs["val_loss"].notna().sum() == 0:
+        out.append(Claim(cid, "interventions", claim, PAPER_TEXT[cid], e, reason="no intervention val_loss"))
+    else:
+        x, _ = pivot(runs.assign(all="all"), "seed", ["all"], "val_loss")
+        out.append(Claim(cid, "interventions", claim, PAPER_TEXT[cid], e, x, column(0), count_runs(runs),
+                         spread=(lo, hi), note="value = mean over conditions and seeds"))
+    return out
+
+
+def checkpoint_claims(an: Analysis) -> list[Claim]:
+    c = an.stats.get("checkpoints") or {}
+    fitted = {k: v for k, v in (c.get("series") or {}).items() if v.get("slope_pr_q_minus_pr_k") is not None}
+    why = (an.stats.get("missing") or {}).get("checkpoints.slopes") or (an.stats.get("missing") or {}).get(
+        "checkpoints", "no checkpoint series with >= 3 revisions")
+    out = []
+    specs = [("checkpoints.positive", "pr_q − pr_k slope on progress positive in a minority of series",
+              PAPER_TEXT["checkpoints.positive"], Expect("<", 0.5), lambda s: float(s["slope_pr_q_minus_pr_k"] > 0)),
+             ("checkpoints.link", "pr_k → qk_erank → attn_entropy link recurs in most series",
+              PAPER_TEXT["checkpoints.link"], Expect(">", 0.5), lambda s: float(bool(s.get("link_recurs"))))]
+    for cid, claim, paper, e, f in specs:
+        if not fitted:
+            out.append(Claim(cid, "checkpoints", claim, paper, e, unit="series", reason=why))
+            continue
+        x = np.array([[f(s)] for s in fitted.values()])
+        out.append(Claim(cid, "checkpoints", claim, paper, e, x, column(0), unit="series",
+                         note=f"value = fraction of {len(fitted)} fitted series; units: series (no seeds)"))
+    out.append(Claim("checkpoints.gpt2_burst", "checkpoints", "GPT-2 small: early pr_q − pr_k burst that later decays",
+                     PAPER_TEXT["checkpoints.gpt2_burst"], Expect(">", 0), unit="series",
+                     reason="a shape claim about one named series; SPEC §8 defines no statistic for it"))
+    return out
+
+
+def all_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
+    """Every claim of SPEC §9 and Appendix A, in the scorecard's order."""
+    return (alignment_claims(an) + slope_claims(an) + category_claims(an) + bridge_claims(an)
+            + intervention_claims(an, paper_scale) + checkpoint_claims(an))

@@ -1,0 +1,126 @@
+"""Generic statistics primitives: JSON-safe numbers, descriptions, tests, correlations, ``Section``."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+
+def _num(x) -> float | None:
+    """A finite float, or None."""
+    if x is None:
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def to_jsonable(obj):
+    """Recursively turn numpy/pandas scalars into JSON values (NaN/inf -> None, keys -> str)."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [to_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return _num(obj)
+    if obj is None or isinstance(obj, str):
+        return obj
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    return str(obj)
+
+
+def describe(values: Iterable[float]) -> dict:
+    """``{mean, sd, n}`` of the finite values (sd with ddof = 1; None when n < 2)."""
+    v = np.asarray(
+        list(values) if not isinstance(values, (np.ndarray, pd.Series)) else values, float
+    )
+    v = v[np.isfinite(v)]
+    n = int(v.size)
+    return {
+        "mean": _num(v.mean()) if n else None,
+        "sd": _num(v.std(ddof=1)) if n >= 2 else None,
+        "n": n,
+    }
+
+
+def hedges_g(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Hedges' g of a vs b: pooled-sd Cohen's d times J = 1 − 3/(4(n₁+n₂) − 9)."""
+    a = np.asarray(a, float)
+    b = np.asarray(b, float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    n1, n2 = a.size, b.size
+    if n1 < 2 or n2 < 2:
+        return None
+    sp = math.sqrt(((n1 - 1) * a.var(ddof=1) + (n2 - 1) * b.var(ddof=1)) / (n1 + n2 - 2))
+    if sp == 0:
+        return None
+    d = (a.mean() - b.mean()) / sp
+    j = 1.0 - 3.0 / (4.0 * (n1 + n2) - 9.0)
+    return _num(d * j)
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None]:
+    """Welch's t-test of a vs b (scipy, equal_var=False): (t, p), None when undefined."""
+    a = np.asarray(a, float)
+    b = np.asarray(b, float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if a.size < 2 or b.size < 2 or (a.var() == 0 and b.var() == 0):
+        return None, None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # near-identical samples
+        res = sps.ttest_ind(a, b, equal_var=False)
+    return _num(res.statistic), _num(res.pvalue)
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> dict:
+    """``{r, p, n}`` by scipy.stats.pearsonr over pairs where both are finite.
+
+    n < 3 or a constant input gives r = p = None and a ``note`` instead of an error.
+    """
+    x = np.asarray(x, float)
+    y = np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    n = int(ok.sum())
+    if n < 3:
+        return {"r": None, "p": None, "n": n, "note": f"n = {n} < 3 points"}
+    xs, ys = x[ok], y[ok]
+    if np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        return {"r": None, "p": None, "n": n, "note": "constant input"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's near-constant-input warnings
+        res = sps.pearsonr(xs, ys)
+    return {"r": _num(res.statistic), "p": _num(res.pvalue), "n": n}
+
+
+def _count_desc(v: np.ndarray) -> dict:
+    """``{mean, sd, n, positive, negative}`` of finite slopes."""
+    v = np.asarray(v, float)
+    v = v[np.isfinite(v)]
+    d = describe(v)
+    d["positive"] = int((v > 0).sum())
+    d["negative"] = int((v < 0).sum())
+    return d
+
+
+@dataclass
+class Section:
+    """A section's JSON-ready result plus the reasons for anything it could not compute."""
+
+    stats: dict
+    missing: dict[str, str] = field(default_factory=dict)
+    frames: dict[str, pd.DataFrame] = field(default_factory=dict)

@@ -1,0 +1,152 @@
+"""The reproduction scorecard (SPEC §8): one row per claim of SPEC §9 and the paper's Appendix A.
+
+Pure pandas/numpy/scipy, fed from ``analysis.compute.compute_all`` (one preset's
+``Analysis``: its stats dict and frames). Each row carries the paper's value,
+this store's value, a 95 % percentile-bootstrap interval over *whole seeds*
+(``scipy.stats.bootstrap``), the expected direction and a verdict:
+
+* ``reproduced``      the direction holds and the interval excludes the opposite;
+* ``direction only``  the direction holds, the interval does not exclude the opposite;
+* ``not reproduced``  the direction does not hold;
+* ``not measured``    the store lacks what the claim needs (``reason`` says what).
+
+How a claim is bootstrapped. The unit is the seed: every run of one seed
+number within the preset (all inits and depths of the baseline, or all
+conditions of the intervention family) is resampled together, never the
+layers of one run. Each claim first reduces the store to a per-seed array
+``X`` of shape [n_seeds, ...] (e.g. per-seed final alignment per init, or
+per-seed OLS slopes per (init, depth, layer) cell); a resample of seed indices
+``idx`` [B, n] averages ``X[idx]`` over its seeds and applies the claim's
+statistic. For seed-averaged traces this is exact: the OLS slope of a
+seed-averaged trace equals the mean of the per-seed slopes when the runs
+share their epochs (incomplete runs are excluded upstream). Appendix A has no
+seeds; its unit is the checkpoint series.
+
+Small n. With n = 1 unit there is no interval (the verdict is at best
+``direction only``). With n = 2 the percentile bootstrap has three distinct
+resamples ({a, a}, {a, b}, {b, b}), so the 95 % interval is (up to resampling
+noise) the range between the two seeds' own statistics: ``reproduced`` then
+means each seed alone shows the direction. It is run anyway and the row says
+``n = 2``; read such verdicts as a weak check. BCa is not used: its jackknife
+acceleration is degenerate for n < 3 and unstable for a handful of seeds.
+
+Row shape (``stats.json["scorecard"]`` is a list of these)::
+
+    {preset, id, section, claim, paper, expected, value, ci_low, ci_high, n, unit,
+     n_runs, verdict, reason, paper_spread, within_paper_spread, skipped_files}
+"""
+
+from __future__ import annotations
+
+from analysis.bootstrap import N_RESAMPLES, seed_bootstrap
+from analysis.claims import Expect, all_claims
+from analysis.compute import Analysis
+
+VERDICTS = ("reproduced", "direction only", "not reproduced", "not measured")
+
+METHOD_NOTE = (
+    "Interval: 95 % percentile bootstrap over whole seeds (scipy.stats.bootstrap, "
+    f"{N_RESAMPLES} resamples, fixed generator); each claim's statistic is computed per seed "
+    "first, and seed-averaged traces are re-averaged over the resampled seeds. Appendix A "
+    "rows resample checkpoint series (they have no seeds). With 1 unit there is no interval; "
+    "with 2 seeds the interval is about the range between the two seeds' own values, so "
+    "`reproduced` means each seed alone shows the direction — a weak check. Verdicts: "
+    "`reproduced` = direction holds and the interval excludes the opposite; `direction only` "
+    "= direction holds, interval does not exclude the opposite; `not reproduced` = direction "
+    "does not hold; `not measured` = the store lacks the data (reason given)."
+)
+
+
+def verdict(value: float | None, lo: float | None, hi: float | None, e: Expect) -> str:
+    """The verdict of one row (see the module docstring)."""
+    if value is None:
+        return "not measured"
+    if not e.holds(value):
+        return "not reproduced"
+    if lo is not None and hi is not None and e.excludes_opposite(lo, hi):
+        return "reproduced"
+    return "direction only"
+
+
+def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
+                    touched: set[str] | frozenset[str] = frozenset()) -> list[dict]:
+    """Every scorecard row for one preset's analysis.
+
+    paper_scale: the preset is ``paper`` (adds the paper-spread check);
+    touched: stats sections that an unreadable store file may have affected.
+    """
+    claims = all_claims(an, paper_scale)
+    rows = []
+    for k, c in enumerate(claims):
+        value = lo = hi = None
+        n = 0
+        reason = c.reason
+        if reason is None and c.x is not None and c.reduce is not None:
+            n = int(c.x.shape[0])
+            value, lo, hi = seed_bootstrap(c.x, c.reduce, seed=k)
+            if value is None:
+                reason = "the statistic is undefined on this store (constant or too few values)"
+        notes = [c.note] if c.note else []
+        if value is not None and n < 2:
+            notes.append(f"{n} {c.unit[:-1] if n == 1 else c.unit}: no interval")
+        elif value is not None and n == 2:
+            notes.append("2 seeds: interval ≈ range of the two seeds")
+        spread = within = None
+        if c.spread is not None:
+            spread = f"{c.spread[0]:.4g}–{c.spread[1]:.4g}"
+            level = c.level if c.level is not None else value
+            if paper_scale and level is not None:
+                within = bool(c.spread[0] <= level <= c.spread[1])
+        rows.append({
+            "preset": preset, "id": c.id, "section": c.section, "claim": c.claim, "paper": c.paper,
+            "expected": c.expect.text(), "value": value, "ci_low": lo, "ci_high": hi, "n": n,
+            "unit": c.unit, "n_runs": c.n_runs, "verdict": verdict(value, lo, hi, c.expect),
+            "reason": reason if value is None else ("; ".join(notes) or None),
+            "paper_spread": spread, "within_paper_spread": within,
+            "skipped_files": c.section in touched,
+        })
+    return rows
+
+
+def _num(v: float | None, fmt: str = ".3g") -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+def render_markdown(rows: list[dict], paper_scale: bool) -> list[str]:
+    """The scorecard as a Markdown table plus the method note (lines)."""
+    head = ["claim", "paper", "this store [95 % CI]", "n", "expected", "verdict"]
+    if paper_scale:
+        head.append("within paper spread")
+    head.append("note")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        val = _num(r["value"])
+        if r["ci_low"] is not None:
+            val += f" [{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
+        verdict_txt = f"**{r['verdict']}**" + (" ⚠" if r["skipped_files"] else "")
+        cells = [r["claim"], r["paper"], val, f"{r['n']} {r['unit']}" if r["n"] else "—", r["expected"], verdict_txt]
+        if paper_scale:
+            w = r["within_paper_spread"]
+            cells.append("—" if w is None else f"{'yes' if w else 'no'} ({r['paper_spread']})")
+        cells.append((r["reason"] or "").replace("|", "/"))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", METHOD_NOTE]
+    if any(r["skipped_files"] for r in rows):
+        lines += ["", "⚠ = a store file that could not be read belongs to this section's runs "
+                  "(see *Skipped store files*); the row may lack data."]
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
+    lines += ["", "Summary: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + "."]
+    return lines
+
+
+def render_text(rows: list[dict]) -> list[str]:
+    """A compact plain-text scorecard for the terminal (one line per claim)."""
+    out = []
+    for r in rows:
+        val = _num(r["value"])
+        if r["ci_low"] is not None:
+            val += f" [{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
+        flag = " (unreadable store files)" if r["skipped_files"] else ""
+        extra = f" — {r['reason']}" if r["verdict"] == "not measured" and r["reason"] else ""
+        out.append(f"{r['verdict']:<15} {r['claim']}: paper {r['paper']}; here {val}{flag}{extra}")
+    return out

@@ -1,0 +1,52 @@
+"""The one place that starts Ray and settles what its workers need: absolute store URIs and GPUs.
+
+Trials and probe actors run in their own working directories (local paths must be
+absolute) and share the cluster's GPUs (by default a quarter of one each when the
+cluster has any, else none). ``sweep.runner`` and ``sweep.extension`` both use this.
+Ray is imported inside the functions, so a bad flag is refused before it loads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweep.cli import local_gpus
+
+#: GPUs per trial / per probe actor when the flag is not given and the cluster has GPUs.
+DEFAULT_GPU_FRACTION = 0.25
+
+
+def absolute_uri(uri: str) -> str:
+    """Trials and actors run in another working directory: make a local path absolute."""
+    return uri if "://" in uri else str(Path(uri).resolve())
+
+
+def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None = None) -> bool:
+    """Connect to ``address`` or start a local Ray; True when this call started it (then stop it)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=True)
+    return True
+
+
+def node_gpus(local: float | None = None) -> float:
+    """GPUs of the largest node: of the running Ray if there is one, else ``local`` or this machine's."""
+    import ray
+
+    if ray.is_initialized():
+        return max((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
+    return float(local if local is not None else local_gpus())
+
+
+def default_gpus(requested: float | None) -> float:
+    """``requested``, else ``DEFAULT_GPU_FRACTION`` when the running cluster has GPUs, else 0."""
+    if requested is not None:
+        return requested
+    import ray
+
+    return DEFAULT_GPU_FRACTION if ray.cluster_resources().get("GPU", 0) > 0 else 0.0

@@ -1,0 +1,30 @@
+"""The reducer: read the store, compute SPEC §8, write stats.json, tables, figures and report.md.
+
+    python -m sweep.report [--store runs/store] [--out runs/report] [--no-figures] [--preset NAME]
+                           [--plugin MODULE ...]
+
+``build_report(tables, out)`` does the same on in-memory DataFrames. The
+report works on whatever the store holds (an empty store included) and lists
+what it could not compute under ``missing``.
+
+Presets are never pooled (SPEC §8). A store holding one preset gives the
+layout above, with ``stats.json`` holding that preset's sections. A store
+holding several gives one report per preset under ``presets/<name>/`` and a
+top-level ``report.md`` / ``stats.json`` with every preset's scorecard and
+section (``stats.json["by_preset"][name]``). ``--preset NAME`` reports one
+preset; naming a preset the store lacks exits with status 2. Both layouts put
+the scorecard (``analysis.scorecard``) first and list unreadable store files
+under ``skipped_files``.
+
+One module per idea: ``inputs`` (reading the store), ``writer`` (``build_report``:
+one preset's statistics, tables, figures and scorecard, or one report per preset),
+``markdown`` (report.md), ``prose`` (a sentence per section, the headline),
+``tables``, ``figures`` and ``cli`` (``python -m sweep.report``). The names below
+are the package's API; its modules import each other directly, never through here.
+"""
+
+from sweep.report.cli import main, output_target
+from sweep.report.inputs import load_tables
+from sweep.report.writer import PresetNotInStore, build_report
+
+__all__ = ["PresetNotInStore", "build_report", "load_tables", "main", "output_target"]

@@ -1,0 +1,52 @@
+"""``python -m sweep.store {validate,compact} [--store URI]``: check or compact a store."""
+
+from __future__ import annotations
+
+import warnings
+
+from sweep.cli import DEFAULT_STORE, ArgumentParser, HelpFormatter, fail
+from sweep.store.compact import compact
+from sweep.store.parquet import READ_ERRORS, Store, StoreError
+from sweep.store.schema import TABLES
+from sweep.store.validate import validate
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sweep.store {validate,compact} [--store URI]``.
+
+    Exit status: 0 fine; 1 ``validate`` found problems in the store; 2 the store
+    cannot be read (or a bad value), with one line on stderr.
+    """
+    prog = "python -m sweep.store"
+    parser = ArgumentParser(prog=prog, description="Check or compact a store.",
+                                     formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("validate", formatter_class=HelpFormatter,
+                   help="report duplicates, gaps, NaNs, unreadable files; exit 1 if any, 2 if unreadable")
+    pc = sub.add_parser("compact", formatter_class=HelpFormatter,
+                        help="merge per-epoch files into one file per run directory")
+    pc.add_argument("--table", choices=TABLES, help="one table (default: all)")
+    pc.add_argument("--force", action="store_true", help="compact even while a sweep lock is fresh")
+    for p in sub.choices.values():
+        p.add_argument("--store", default=DEFAULT_STORE, help="root: path, file:// or s3://bucket/prefix")
+        p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    args = parser.parse_args(argv)
+    try:
+        store = Store(args.store)
+        if not store.exists():
+            raise StoreError(f"--store {args.store}: no store there (nothing to {args.command})")
+        if args.command == "validate":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the report lists unreadable files
+                report = validate(store)
+            print(report)
+            return 0 if report.ok else 1
+        print(compact(store, args.table, force=args.force))
+        return 0
+    except (StoreError, *READ_ERRORS) as exc:
+        if args.debug:
+            raise
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if not isinstance(exc, StoreError):
+            text = f"cannot read the store {args.store}: {text}"
+        raise fail(prog, text) from None
