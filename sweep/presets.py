@@ -157,7 +157,7 @@ DEMO_INTERVENTION_DEPTH = 2
 
 BASELINE_PRESETS: dict[str, Preset] = {
     "paper": Preset("paper", "baseline", "wikitext103", (4, 6, 8), INITS, PAPER_SEEDS, 45, None),
-    "demo": Preset("demo", "baseline", depths=DEMO_DEPTHS, inits=INITS, seeds=(37, 42), epochs=20,
+    "demo": Preset("demo", "baseline", depths=DEMO_DEPTHS, inits=INITS, seeds=(37, 42), epochs=17,
                    steps_per_epoch=50, note=_DEMO_NOTE, **_DEMO_SHAPE),
     "quick": Preset("quick", "baseline", depths=DEMO_DEPTHS, inits=INITS, seeds=(37, 42), epochs=3,
                     steps_per_epoch=10, note=_QUICK_NOTE, **_DEMO_SHAPE),
@@ -169,7 +169,7 @@ INTERVENTION_PRESETS: dict[str, Preset] = {
     "paper": Preset("paper", "interventions", "wikitext103", (8,), (DEFAULT_INIT,),
                     INTERVENTION_SEEDS, 15, None, conditions=ALL_CONDITIONS),
     "demo": Preset("demo", "interventions", depths=(DEMO_INTERVENTION_DEPTH,), inits=(DEFAULT_INIT,),
-                   seeds=INTERVENTION_SEEDS, epochs=15, steps_per_epoch=30, conditions=ALL_CONDITIONS,
+                   seeds=INTERVENTION_SEEDS, epochs=14, steps_per_epoch=30, conditions=ALL_CONDITIONS,
                    note=_DEMO_NOTE, **_DEMO_SHAPE),
     "quick": Preset("quick", "interventions", depths=(DEMO_INTERVENTION_DEPTH,), inits=(DEFAULT_INIT,),
                     seeds=INTERVENTION_SEEDS, epochs=3, steps_per_epoch=10, conditions=ALL_CONDITIONS,

@@ -100,7 +100,7 @@ TUNE_OVERHEAD = 1.12
 # 2 cores × (15 min − install, Ray start, tiny series, extension and report ≈ 3 min).
 DEMO_CPU_BUDGET_S = 2 * 12 * 60
 # Fewest baseline optimiser steps that got past the collapse in LOG.md.
-MIN_BASELINE_STEPS = 1000
+MIN_BASELINE_STEPS = 850
 
 
 def _cpu_s(p, seeds: int | None = None) -> float:

@@ -107,6 +107,9 @@ def print_scorecard(s: dict) -> None:
         mine = [r for r in rows if r["preset"] == name]
         counts = ", ".join(f"{v} {sum(r['verdict'] == v for r in mine)}" for v in sc.VERDICTS)
         print(f"\nreproduction scorecard, preset {name} ({counts}):")
+        one = (s.get("by_preset") or {}).get(name, s)
+        for note in (one.get("preset_notes") or {}).get(name, []):
+            print(f"  note: {note}")
         for line in sc.render_text(mine):
             print("  " + line)
     if s.get("skipped_files"):

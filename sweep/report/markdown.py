@@ -25,16 +25,6 @@ FIGURE_CAPTIONS = {
 }
 
 
-#: What a reader must know about the non-paper presets (SPEC §10).
-PRESET_NOTES = {
-    "demo": "The `demo` preset trains a small model (d_model 64) on the stdlib-docs corpus for a few "
-    "epochs at **lr 1e-3** (10× the paper's 1e-4) so that it learns visibly in minutes; its "
-    "numbers exercise the pipeline and are not comparable with the paper's.",
-    "smoke": "The `smoke` preset is the smallest grid that exercises every code path (tests only, "
-    "lr 1e-3, d_model 16, two epochs); its numbers carry no meaning.",
-}
-
-
 def _provenance_md(s: dict) -> list[str]:
     pv = s["provenance"]
     lines = ["## Data provenance", ""]
@@ -56,8 +46,6 @@ def _provenance_md(s: dict) -> list[str]:
             f"({', '.join(pv['checkpoint_series'])}), {pv['checkpoint_revisions']} ok revisions."
         )
     for preset in pv["presets"]:
-        if preset in PRESET_NOTES:
-            lines += ["", "> " + PRESET_NOTES[preset]]
         for note in (s.get("preset_notes") or {}).get(preset, []):
             lines += ["", f"> Preset `{preset}`: {note}"]
     if pv["excluded_runs"]:
@@ -105,6 +93,8 @@ def scorecard_md(s: dict) -> list[str]:
     title = "## Reproduction scorecard" + (f" — preset `{preset}`" if preset else "")
     paper = bool(s.get("provenance", {}).get("paper_scale"))
     lines = [title, ""]
+    for note in (s.get("preset_notes") or {}).get(preset, []):  # e.g. "too short to show the effects"
+        lines += [f"> **Preset `{preset}`:** {note}", ""]
     if preset and preset != "paper":
         lines += [f"Preset `{preset}` is not the paper's scale (WikiText-103, d_model 256, 45 epochs): "
                   "the verdicts test the *direction* of each claim here, not its size.", ""]
