@@ -148,9 +148,9 @@ _QUICK_NOTE = ("quick preset: a pipeline check only. Its runs end inside the ini
 _SMOKE_SHAPE = dict(corpus="stdlib-docs", n_head=2, d_model=16, d_mlp=32, context=16, batch_size=4,
                     lr=1e-3, eval_batches=1, probe_seqs=2, note="smoke preset: tests only")
 
-#: The demo's schedule (LOG.md): the baseline needs about 1000 optimiser steps at lr 1e-3 to get
-#: past the collapse; the interventions act from their first step and show all but one predicted
-#: direction after 450 (the paper too trains them for a third of the baseline's epochs). Both are
+#: The demo's schedule (LOG.md): the baseline gets past the collapse after about 850-1000 optimiser
+#: steps at lr 1e-3; the interventions act from their first step and show most predicted
+#: directions after 420 (the paper too trains them for a third of the baseline's epochs). Both are
 #: cut to what two cores of the development machine train within `make demo`'s 15 minutes.
 DEMO_DEPTHS = (1, 2, 3)
 DEMO_INTERVENTION_DEPTH = 2
