@@ -181,7 +181,7 @@ def test_help_shows_defaults_and_preset_shapes(capsys) -> None:
         baseline.parse(["--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "(default: 3)" in out and "(default: runs/store)" in out and "retry forever" in out
-    assert "demo: 6" in out and "smoke: 2" in out  # the presets' epochs
+    assert "demo: 17" in out and "smoke: 2" in out  # the presets' epochs
     with pytest.raises(SystemExit):
         model_train._parse(["--help"])
     out = " ".join(capsys.readouterr().out.split())

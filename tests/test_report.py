@@ -51,8 +51,9 @@ def test_cli_end_to_end(full_run, capsys):
     assert 3 <= blank - 1 <= 5  # headline lines, then the scorecard
     s = _strict_json(out / "stats.json")
     assert printed[blank + 1].startswith("reproduction scorecard, preset paper")
-    assert len(printed) - blank - 2 == len(s["scorecard"])  # one line per claim
-    assert printed[blank + 2].split()[0] in ("reproduced", "direction", "not")
+    claims = [line for line in printed[blank + 2:] if not line.startswith("  note: ")]  # the preset's notes
+    assert len(claims) == len(s["scorecard"])  # one line per claim
+    assert claims[0].split()[0] in ("reproduced", "direction", "not")
     assert s["missing"] == {}
     assert s["provenance"]["sweeps"]["baseline"]["n_runs"] == 18
     assert s["provenance"]["sweeps"]["interventions"]["n_runs"] == 30
