@@ -83,3 +83,9 @@ def registries():
     for name in set(sys.modules) - saved[2]:  # a plugin imported by the test registers again next time
         if name.startswith(("plugin_", "tests.plugin_")):
             del sys.modules[name]
+
+
+@pytest.fixture(autouse=True)
+def hub_offline(monkeypatch):
+    """No test may reach the Hugging Face hub: the checkpoint tests use tiny local models only."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -8,10 +8,6 @@ model's own weights: fused projections split by hand, rotary from the config.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import numpy as np
 import pytest
 import torch
