@@ -1,20 +1,7 @@
 """The reducer: read the store, compute SPEC §8, write stats.json, tables, figures and report.md.
 
-    python -m sweep.report [--store runs/store] [--out runs/report] [--no-figures] [--preset NAME]
-                           [--plugin MODULE ...]
-
-``build_report(tables, out)`` does the same on in-memory DataFrames. The
-report works on whatever the store holds (an empty store included) and lists
-what it could not compute under ``missing``.
-
-Presets are never pooled (SPEC §8). A store holding one preset gives the
-layout above, with ``stats.json`` holding that preset's sections. A store
-holding several gives one report per preset under ``presets/<name>/`` and a
-top-level ``report.md`` / ``stats.json`` with every preset's scorecard and
-section (``stats.json["by_preset"][name]``). ``--preset NAME`` reports one
-preset; naming a preset the store lacks exits with status 2. Both layouts put
-the scorecard (``analysis.scorecard``) first and list unreadable store files
-under ``skipped_files``.
+The command line of ``python -m sweep.report``; the layout it writes is described in
+``sweep/report/__init__.py``.
 """
 
 
