@@ -239,7 +239,7 @@ def intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
         for metric, sign in pred.items():
             cid = f"interventions.{cond}.{metric}"
             claim = f"{cond}: {metric} {arrows[sign]} vs matched none (paired Δ)"
-            paper = PAPER_TEXT.get(cid, "confidence 1.00" if cond != "freeze_q" else "softens (↑ entropy)")
+            paper = PAPER_TEXT.get(cid, "confidence 1.00")  # where the paper gives no value, only its confidence
             e = Expect(">" if sign > 0 else "<", 0)
             sub = pairs[pairs["intervention"] == cond] if pairs is not None and not pairs.empty else None
             if sub is None or sub.empty or sub[f"d_{metric}"].notna().sum() == 0:

@@ -79,6 +79,7 @@ PAPER_TEXT: dict[str, str] = {
     "interventions.forced_k_contraction.qk_erank": "6.03, confidence 1.00",
     "interventions.freeze_k.attn_entropy": "2.6002, confidence 1.00",
     "interventions.freeze_k.logit_std": "3.2136, confidence 1.00",
+    "interventions.freeze_q.attn_entropy": "softens (↑ entropy)",  # the paper gives no number
     "interventions.val_loss": "1.2066–1.2270",
     "checkpoints.positive": "1/6 series",
     "checkpoints.link": "4/6 series",
