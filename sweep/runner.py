@@ -76,7 +76,7 @@ def check_run_flags(args: argparse.Namespace) -> None:
 def prepare_corpus(preset: Preset) -> Corpus:
     """Encode once in the driver (checked: one window of context + 1 in both splits);
     plain arrays so Ray shares them zero-copy."""
-    corpus = load_corpus(preset.corpus, preset.data_dir, context=preset.context)
+    corpus = load_corpus(preset.corpus, preset.data_dir, context=preset.model.context)
     return replace(corpus, train=np.ascontiguousarray(corpus.train), val=np.ascontiguousarray(corpus.val))
 
 
@@ -87,7 +87,7 @@ def _reporter(preset: Preset):
     from sweep.progress import EtaReporter
 
     return EtaReporter(
-        epochs_per_trial=preset.epochs, n_trials=len(preset.cells()),
+        epochs_per_trial=preset.train.epochs, n_trials=len(preset.cells()),
         parameter_columns=cell, max_column_length=24,
         metric_columns={"epoch": "epoch", "val_loss": "val loss", "qk_alignment": "align",
                         "attn_entropy": "entropy", "status": "status"},
