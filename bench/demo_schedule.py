@@ -37,8 +37,8 @@ def _one(job: dict) -> dict:
     base = BASELINE_PRESETS["demo"]
     from dataclasses import replace
 
-    preset = replace(base, epochs=job["epochs"], steps_per_epoch=job["steps"], d_model=job["d_model"],
-                     d_mlp=4 * job["d_model"])
+    preset = replace(base, model=replace(base.model, d_model=job["d_model"], d_mlp=4 * job["d_model"]),
+                     train=replace(base.train, epochs=job["epochs"], steps_per_epoch=job["steps"]))
     corpus = load_corpus(preset.corpus, None)
     from model.train import Trainer
 

@@ -9,7 +9,7 @@ B (in-process): every trial of the grid run back to back in this process,
 each timed from Trainer construction to the end of its last epoch (so it
 includes the per-epoch probe and validation, but no store writes).
 
-A (Ray): the same grid through ``sweep.baseline.main([...])`` (the demo
+A (Ray): the same grid through ``sweep.runner.run_sweep`` (the demo
 preset with the same overrides) into a temporary store and Tune storage,
 timed around the whole call: Ray start, corpus hand-off, Tune, store writes,
 checkpoints, Ray shutdown.
@@ -40,27 +40,36 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from bench.common import machine, print_ratio
 
+if TYPE_CHECKING:
+    from sweep.presets import Preset
+
 
 def grid_argv(args: argparse.Namespace) -> list[str]:
+    """The grid as ``sweep.baseline`` flags (how it is printed and recorded)."""
     return ["--preset", args.preset, "--depths", args.depths, "--inits", args.inits,
             "--seeds", str(args.seeds), "--epochs", str(args.epochs),
             "--steps-per-epoch", str(args.steps_per_epoch)]
 
 
-def in_process(argv: list[str], cpus_per_trial: int) -> dict[str, Any]:
-    """Run the preset's trials back to back here; per-trial wall and training seconds."""
-    from model.train import Trainer
+def grid_preset(argv: list[str]) -> Preset:
+    """The baseline preset those flags select, checked as ``sweep.baseline`` checks them."""
     from sweep.baseline import parse
     from sweep.presets import BASELINE_PRESETS, preset_from_args
+
+    return preset_from_args(parse(argv), BASELINE_PRESETS)
+
+
+def in_process(preset: Preset, cpus_per_trial: int) -> dict[str, Any]:
+    """Run the preset's trials back to back here; per-trial wall and training seconds."""
+    from model.train import Trainer
     from sweep.runner import prepare_corpus
 
-    preset = preset_from_args(parse(argv), BASELINE_PRESETS)
     corpus = prepare_corpus(preset)
     previous = torch.get_num_threads()
     torch.set_num_threads(cpus_per_trial)
@@ -80,16 +89,13 @@ def in_process(argv: list[str], cpus_per_trial: int) -> dict[str, Any]:
     return {"trials": trials, "preset": preset.name}
 
 
-def _plain_trial(job: tuple[list[str], int, int]) -> dict[str, Any]:
+def _plain_trial(job: tuple[Preset, int, int]) -> dict[str, Any]:
     """One trial in a plain worker process (the control)."""
-    argv, index, threads = job
+    preset, index, threads = job
     torch.set_num_threads(threads)
     from model.train import Trainer
-    from sweep.baseline import parse
-    from sweep.presets import BASELINE_PRESETS, preset_from_args
     from sweep.runner import prepare_corpus
 
-    preset = preset_from_args(parse(argv), BASELINE_PRESETS)
     corpus = prepare_corpus(preset)
     cell = preset.cells()[index]
     t0 = time.perf_counter()
@@ -100,33 +106,33 @@ def _plain_trial(job: tuple[list[str], int, int]) -> dict[str, Any]:
             "train_s": trainer.wall_s}
 
 
-def plain_parallel(argv: list[str], n: int, cpus_per_trial: int, concurrency: int) -> dict[str, Any]:
+def plain_parallel(preset: Preset, n: int, cpus_per_trial: int, concurrency: int) -> dict[str, Any]:
     """The control: the trials in ``concurrency`` plain processes, no Ray."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=concurrency, mp_context=multiprocessing.get_context("spawn")) as ex:
-        trials = list(ex.map(_plain_trial, [(argv, i, cpus_per_trial) for i in range(n)]))
+        trials = list(ex.map(_plain_trial, [(preset, i, cpus_per_trial) for i in range(n)]))
     return {"wall_s": time.perf_counter() - t0, "trials": trials}
 
 
-def through_ray(argv: list[str], cpus_per_trial: int, num_cpus: int, workdir: Path,
+def through_ray(preset: Preset, cpus_per_trial: int, num_cpus: int, workdir: Path,
                 verbose: bool) -> dict[str, Any]:
-    """``sweep.baseline.main`` into ``workdir``; wall time of the whole call."""
-    from sweep.baseline import main as baseline_main
+    """``sweep.runner.run_sweep`` into ``workdir``; wall time of the whole call."""
+    from sweep.options import TrialOptions
+    from sweep.runner import SweepSettings, run_sweep
 
     log = workdir / "ray_sweep.log"
-    full = argv + ["--store", str(workdir / "store"), "--storage", str(workdir / "ray"),
-                   "--name", "bench", "--num-cpus", str(num_cpus),
-                   "--cpus-per-trial", str(cpus_per_trial), "--gpus-per-trial", "0",
-                   "--max-failures", "0"]
+    trial = TrialOptions(str(workdir / "store"), str(workdir / "ray"), cpus_per_trial=cpus_per_trial,
+                         gpus_per_trial=0)
+    settings = SweepSettings("bench", trial, num_cpus=num_cpus, max_failures=0)
     t0 = time.perf_counter()
     with open(log, "w") as f:
         redirect = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(f)
         try:
             with redirect:
-                summary = baseline_main(full)
+                summary = run_sweep(preset, settings)
         except BaseException:
             sys.stdout.write(log.read_text()[-4000:])
             raise
@@ -136,7 +142,7 @@ def through_ray(argv: list[str], cpus_per_trial: int, num_cpus: int, workdir: Pa
     epochs = pd.read_parquet(workdir / "store" / "epochs")
     train_s = epochs.groupby("run_id")["wall_s"].max().to_dict()
     return {"wall_s": wall, "statuses": summary["status"].tolist(), "train_s": train_s,
-            "tune_trials": tune_trial_times(workdir / "ray" / "bench"), "argv": full, "log": str(log)}
+            "tune_trials": tune_trial_times(workdir / "ray" / "bench"), "log": str(log)}
 
 
 def tune_trial_times(experiment: Path) -> list[dict[str, Any]]:
@@ -188,7 +194,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     load_before = machine()["loadavg_1_5_15"]
     print(f"bench.sweep_overhead: {' '.join(argv_grid)}; {cpus} CPUs, {args.cpus_per_trial} per trial",
           flush=True)
-    local = in_process(argv_grid, args.cpus_per_trial)
+    preset = grid_preset(argv_grid)
+    local = in_process(preset, args.cpus_per_trial)
     n = len(local["trials"])
     concurrency = max(1, min(n, cpus // args.cpus_per_trial))
     with contextlib.ExitStack() as stack:
@@ -197,8 +204,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             workdir.mkdir(parents=True, exist_ok=True)
         else:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="qkgeom-bench-")))
-        ray = through_ray(argv_grid, args.cpus_per_trial, cpus, workdir, args.verbose)
-    control = plain_parallel(argv_grid, n, args.cpus_per_trial, concurrency) if args.control else None
+        ray = through_ray(preset, args.cpus_per_trial, cpus, workdir, args.verbose)
+    control = plain_parallel(preset, n, args.cpus_per_trial, concurrency) if args.control else None
     mean_trial = sum(t["wall_s"] for t in local["trials"]) / n
     ideal = mean_trial * n / concurrency
     efficiency = ideal / ray["wall_s"]

@@ -28,7 +28,7 @@ from metrics.probe import probe_layers
 from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, load_corpus, probe_batch
 from model.gpt import GPTConfig
 from model.plugins import add_plugin_flag, preload
-from model.qk_init import DEFAULT_INIT, QK_INITS, build_model, check_qk_init
+from model.qk_init import DEFAULT_INIT, QK_INITS, build_model
 
 Status = Literal["running", "completed", "diverged"]
 
@@ -101,7 +101,6 @@ class Trainer:
                  model_seed: int, intervention: Any | None = None) -> None:
         from interventions.base import Intervention  # the loop sees only the hook interface
 
-        check_qk_init(qk_init)
         if model_cfg.vocab_size != corpus.vocab_size:
             raise ValueError(f"model vocab_size {model_cfg.vocab_size} != corpus vocabulary {corpus.vocab_size}")
         self.model_cfg, self.cfg, self.corpus = model_cfg, cfg, corpus

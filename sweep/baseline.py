@@ -9,7 +9,7 @@ import pandas as pd
 from model.plugins import preload
 from sweep.cli import parser, run_cli
 from sweep.presets import BASELINE_PRESETS, add_grid_flags, preset_from_args
-from sweep.runner import add_run_flags, run_sweep
+from sweep.runner import add_run_flags, run_sweep, settings_from_args
 
 PROG = "python -m sweep.baseline"
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
     def body(args: argparse.Namespace) -> pd.DataFrame:
         preset = preset_from_args(args, BASELINE_PRESETS)
-        return run_sweep(preset, args, args.name or f"baseline-{preset.name}")
+        return run_sweep(preset, settings_from_args(args, f"baseline-{preset.name}"))
 
     return run_cli(PROG, argv, parse, body)
 

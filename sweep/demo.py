@@ -19,15 +19,21 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from model.plugins import add_plugin_flag, preload
-from sweep import baseline, extension, interventions, report
 from sweep.cli import DEFAULT_STORE, UsageError, at_least, parser, run_cli
-from sweep.extension import tiny_series
+from sweep.extension import ExtensionSettings, probe_checkpoints
+from sweep.extension.checkpoint_series import load_manifest
+from sweep.extension.revision_probe import ProbeSettings
+from sweep.extension.tiny_series import build_series
+from sweep.options import TrialOptions
+from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
 from sweep.progress import format_duration
 from sweep.ray_env import init_ray
-from sweep.report import output_target
+from sweep.report import output_target, write_report
+from sweep.runner import SweepSettings, run_sweep
 
 PROG = "python -m sweep.demo"
 
@@ -66,30 +72,32 @@ def _main(args: argparse.Namespace) -> None:
     preset = "quick" if args.quick else "demo"
     out = args.out or ("runs/report-quick" if args.quick else "runs/report")
     output_target(out)  # a URI it cannot write is refused now, not after the sweeps
+    # a checkpoint every 5 epochs: a crash loses at most 5 short epochs, and 20 checkpoints
+    # a run would cost more than a minute of the demo's two cores; every step (and its Ray
+    # workers) imports the plugins
+    trial = TrialOptions(args.store, args.storage, checkpoint_every=5, plugins=tuple(args.plugin))
+    grid = INTERVENTION_PRESETS[preset]
+    interventions = replace(grid, seeds=grid.seeds[:2])
+    extension = ExtensionSettings(ProbeSettings(args.store, n_seqs=8, seq_len=64, cpus=1.0,
+                                                plugins=tuple(args.plugin)), actors=2)
 
-    plugins = [f"--plugin={m}" for m in args.plugin]  # each step imports them (and its Ray workers)
     t0 = time.perf_counter()
     init_ray(args.address, args.num_cpus)
     try:
-        # a checkpoint every 5 epochs: a crash loses at most 5 short epochs, and 20 checkpoints
-        # a run would cost more than a minute of the demo's two cores
-        common = ["--preset", preset, "--store", args.store, "--storage", args.storage,
-                  "--checkpoint-every", "5", *plugins]
         print(f"== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
-        baseline.main(common)
+        run_sweep(BASELINE_PRESETS[preset], SweepSettings(f"baseline-{preset}", trial))
         print(f"\n== 2/4 interventions ({preset} preset, 2 seeds) · {_elapsed(t0)} ==", flush=True)
-        interventions.main([*common, "--seeds", "2"])
+        run_sweep(interventions, SweepSettings(f"interventions-{preset}", trial))
         print(f"\n== 3/4 checkpoint extension (tiny local series) · {_elapsed(t0)} ==", flush=True)
         manifest = tiny / "manifest.json"
         if not manifest.is_file():
-            tiny_series.main(["--out", args.tiny_series])
-        # extension.main uses the Ray started above and leaves it running
-        extension.main(["--manifest", str(manifest), "--store", args.store, "--actors", "2",
-                        "--n-seqs", "8", "--seq-len", "64", *plugins])
+            build_series(args.tiny_series)
+        # uses the Ray started above and leaves it running
+        probe_checkpoints(load_manifest(manifest, require_paths=True), extension)
     finally:
         ray.shutdown()
     print(f"\n== 4/4 report (preset {preset} only) · {_elapsed(t0)} ==", flush=True)
-    report.main(["--store", args.store, "--out", out, "--preset", preset, *plugins])
+    write_report(args.store, out, preset=preset)
     print(f"\n{'quick demo' if args.quick else 'demo'} finished in {format_duration(time.perf_counter() - t0)}")
 
 

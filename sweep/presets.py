@@ -1,7 +1,8 @@
 """Named sweep presets (SPEC §10) and the flags that override them.
 
 A preset fixes the grid (depths × inits × seeds × conditions) and the
-per-run shape. ``Preset.cells()`` expands it into one ``Cell`` per trial;
+per-run shape: a ``GPTConfig`` and a ``TrainConfig`` template, whose defaults
+are the paper's. ``Preset.cells()`` expands it into one ``Cell`` per trial;
 ``Cell.to_config()`` is the Tune config, the checkpoint metadata and the
 store identity at once.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import numbers
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from interventions import CONTROL, PAPER_CONDITIONS
@@ -26,7 +28,12 @@ INITS = PAPER_INITS  # the paper's regimes; QK_INITS also holds those a --plugin
 
 @dataclass(frozen=True)
 class Preset:
-    """One sweep's grid and run shape. Sizes follow ``GPTConfig`` / ``TrainConfig``."""
+    """One sweep's grid and run shape: a model and a training template that each cell completes.
+
+    ``model`` sets every ``GPTConfig`` field but ``n_layer`` (the cell's depth) and
+    ``vocab_size`` (the corpus'); ``train`` every ``TrainConfig`` field but ``seed``,
+    ``device`` and ``compile`` (set per trial). The templates' values of those are ignored.
+    """
 
     name: str
     sweep: str  # "baseline" or "interventions": the store's ``sweep`` column
@@ -34,19 +41,10 @@ class Preset:
     depths: tuple[int, ...]
     inits: tuple[str, ...]
     seeds: tuple[int, ...]
-    epochs: int
-    steps_per_epoch: int | None  # None: one pass over the training split per epoch
     conditions: tuple[str, ...] = (CONTROL,)
     data_dir: str | None = None  # directory holding wiki.train.raw (wikitext103)
-    n_head: int = 4
-    d_model: int = 256
-    d_mlp: int = 1024
-    context: int = 128
-    batch_size: int = 64
-    lr: float = 1e-4
-    eval_batches: int = 8
-    probe_seqs: int = 16
-    amp: str = "auto"
+    model: GPTConfig = field(default_factory=GPTConfig)  # the paper's shape by default
+    train: TrainConfig = field(default_factory=TrainConfig)  # the paper's recipe (45 epochs) by default
     note: str = ""  # printed with the sweep and kept in the report
 
     def __post_init__(self) -> None:
@@ -60,6 +58,9 @@ class Preset:
             bad = [v for v in values if isinstance(v, bool) or not isinstance(v, kind)]
             if bad:
                 raise ValueError(f"Preset.{axis} must hold {what}, got {bad[0]!r} in {tuple(values)}")
+        for name, kind in (("model", GPTConfig), ("train", TrainConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"Preset.{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
         bad = [s for s in self.seeds if s < 0]
         if bad:
             raise ValueError(f"seeds must be >= 0, got {bad[0]}")
@@ -75,18 +76,15 @@ class Preset:
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"duplicate seeds in {self.seeds}")
         for d in self.depths:
-            self.model_config(d, vocab_size=1)  # validates sizes early
-        self.train_config(seed=0)
+            self.model_config(d, vocab_size=1)  # each depth is a valid n_layer
 
     def model_config(self, depth: int, vocab_size: int) -> GPTConfig:
-        return GPTConfig(vocab_size=vocab_size, n_layer=depth, n_head=self.n_head,
-                         d_model=self.d_model, d_mlp=self.d_mlp, context=self.context)
+        """The cell's model: the template with ``depth`` layers over ``vocab_size`` symbols."""
+        return replace(self.model, n_layer=depth, vocab_size=vocab_size)
 
     def train_config(self, seed: int, device: str = "auto", compile: bool = False) -> TrainConfig:
-        return TrainConfig(lr=self.lr, batch_size=self.batch_size, epochs=self.epochs,
-                           steps_per_epoch=self.steps_per_epoch, eval_batches=self.eval_batches,
-                           probe_seqs=self.probe_seqs, amp=self.amp, device=device, seed=seed,
-                           compile=compile)
+        """The trial's recipe: the template with its seed, device and compile flag."""
+        return replace(self.train, seed=seed, device=device, compile=compile)
 
     def cells(self) -> list[Cell]:
         """Every trial of the grid, in a stable order."""
@@ -116,11 +114,14 @@ class Cell:
                 "intervention": self.intervention}
 
     def to_config(self) -> dict[str, Any]:
-        """Plain scalars for Tune (its config, result files and TensorBoard hparams).
+        """Plain data for Tune (its config, result files and TensorBoard hparams).
 
-        The grid axes are left out: a trial needs only its own cell and the run shape.
+        The grid axes are left out, and so are the template fields each cell or trial sets:
+        a trial needs only its own cell and the run shape.
         """
         shape = {k: v for k, v in asdict(self.preset).items() if k not in GRID_AXES}
+        for part, names in PER_CELL.items():
+            shape[part] = {k: v for k, v in shape[part].items() if k not in names}
         return {"preset": shape, "init": self.init, "depth": self.depth,
                 "seed": self.seed, "intervention": self.intervention}
 
@@ -128,25 +129,35 @@ class Cell:
     def from_config(cls, config: dict[str, Any]) -> Cell:
         axes = {"depths": (config["depth"],), "inits": (config["init"],), "seeds": (config["seed"],),
                 "conditions": (config["intervention"],)}
-        preset = Preset(**config["preset"], **axes)
+        shape = config["preset"]
+        preset = Preset(**{**shape, "model": GPTConfig(**shape["model"]), "train": TrainConfig(**shape["train"])},
+                        **axes)
         return cls(preset, config["init"], config["depth"], config["seed"], config["intervention"])
 
 
 GRID_AXES = ("depths", "inits", "seeds", "conditions")
+#: Template fields that ``model_config`` / ``train_config`` set per cell or trial.
+PER_CELL = {"model": ("n_layer", "vocab_size"), "train": ("seed", "device", "compile")}
 
 
 PAPER_SEEDS = (37, 42, 105, 210)
 INTERVENTION_SEEDS = (7, 37, 42, 105, 210)
 ALL_CONDITIONS = PAPER_CONDITIONS
 
-_DEMO_SHAPE = dict(corpus="stdlib-docs", n_head=4, d_model=64, d_mlp=256, context=64, batch_size=16,
-                   lr=1e-3, eval_batches=4, probe_seqs=16)
+_DEMO_MODEL = GPTConfig(n_head=4, d_model=64, d_mlp=256, context=64)
+_DEMO_TRAIN = TrainConfig(batch_size=16, lr=1e-3, eval_batches=4, probe_seqs=16)
 _DEMO_NOTE = ("demo preset: lr 1e-3 (paper: 1e-4) and 1-3 layers so that minutes on two cores train "
               "past the initial collapse into the specialisation phase (schedule: LOG.md)")
 _QUICK_NOTE = ("quick preset: a pipeline check only. Its runs end inside the initial collapse of both "
                "participation ratios, far too short to show the paper's effects; run `make demo` for them")
-_SMOKE_SHAPE = dict(corpus="stdlib-docs", n_head=2, d_model=16, d_mlp=32, context=16, batch_size=4,
-                    lr=1e-3, eval_batches=1, probe_seqs=2, note="smoke preset: tests only")
+_SMOKE_MODEL = GPTConfig(n_head=2, d_model=16, d_mlp=32, context=16)
+_SMOKE_TRAIN = TrainConfig(batch_size=4, lr=1e-3, eval_batches=1, probe_seqs=2)
+_SMOKE_NOTE = "smoke preset: tests only"
+
+
+def _schedule(template: TrainConfig, epochs: int, steps_per_epoch: int) -> TrainConfig:
+    return replace(template, epochs=epochs, steps_per_epoch=steps_per_epoch)
+
 
 #: The demo's schedule (LOG.md): the baseline gets past the collapse after about 850-1000 optimiser
 #: steps at lr 1e-3; the interventions act from their first step and show most predicted
@@ -155,33 +166,34 @@ _SMOKE_SHAPE = dict(corpus="stdlib-docs", n_head=2, d_model=16, d_mlp=32, contex
 DEMO_DEPTHS = (1, 2, 3)
 DEMO_INTERVENTION_DEPTH = 2
 
+# The paper presets take GPTConfig() and TrainConfig() as they are: the paper's shape and recipe.
 BASELINE_PRESETS: dict[str, Preset] = {
-    "paper": Preset("paper", "baseline", "wikitext103", (4, 6, 8), INITS, PAPER_SEEDS, 45, None),
-    "demo": Preset("demo", "baseline", depths=DEMO_DEPTHS, inits=INITS, seeds=(37, 42), epochs=17,
-                   steps_per_epoch=50, note=_DEMO_NOTE, **_DEMO_SHAPE),
-    "quick": Preset("quick", "baseline", depths=DEMO_DEPTHS, inits=INITS, seeds=(37, 42), epochs=3,
-                    steps_per_epoch=10, note=_QUICK_NOTE, **_DEMO_SHAPE),
-    "smoke": Preset("smoke", "baseline", depths=(1, 2), inits=INITS[:2], seeds=(37,), epochs=2,
-                    steps_per_epoch=2, **_SMOKE_SHAPE),
+    "paper": Preset("paper", "baseline", "wikitext103", (4, 6, 8), INITS, PAPER_SEEDS),
+    "demo": Preset("demo", "baseline", "stdlib-docs", DEMO_DEPTHS, INITS, (37, 42), model=_DEMO_MODEL,
+                   train=_schedule(_DEMO_TRAIN, 17, 50), note=_DEMO_NOTE),
+    "quick": Preset("quick", "baseline", "stdlib-docs", DEMO_DEPTHS, INITS, (37, 42), model=_DEMO_MODEL,
+                    train=_schedule(_DEMO_TRAIN, 3, 10), note=_QUICK_NOTE),
+    "smoke": Preset("smoke", "baseline", "stdlib-docs", (1, 2), INITS[:2], (37,), model=_SMOKE_MODEL,
+                    train=_schedule(_SMOKE_TRAIN, 2, 2), note=_SMOKE_NOTE),
 }
 
 INTERVENTION_PRESETS: dict[str, Preset] = {
-    "paper": Preset("paper", "interventions", "wikitext103", (8,), (DEFAULT_INIT,),
-                    INTERVENTION_SEEDS, 15, None, conditions=ALL_CONDITIONS),
-    "demo": Preset("demo", "interventions", depths=(DEMO_INTERVENTION_DEPTH,), inits=(DEFAULT_INIT,),
-                   seeds=INTERVENTION_SEEDS, epochs=14, steps_per_epoch=30, conditions=ALL_CONDITIONS,
-                   note=_DEMO_NOTE, **_DEMO_SHAPE),
-    "quick": Preset("quick", "interventions", depths=(DEMO_INTERVENTION_DEPTH,), inits=(DEFAULT_INIT,),
-                    seeds=INTERVENTION_SEEDS, epochs=3, steps_per_epoch=10, conditions=ALL_CONDITIONS,
-                    note=_QUICK_NOTE, **_DEMO_SHAPE),
-    "smoke": Preset("smoke", "interventions", depths=(2,), inits=(DEFAULT_INIT,), seeds=(7,),
-                    epochs=2, steps_per_epoch=2, conditions=ALL_CONDITIONS, **_SMOKE_SHAPE),
+    "paper": Preset("paper", "interventions", "wikitext103", (8,), (DEFAULT_INIT,), INTERVENTION_SEEDS,
+                    ALL_CONDITIONS, train=TrainConfig(epochs=15)),
+    "demo": Preset("demo", "interventions", "stdlib-docs", (DEMO_INTERVENTION_DEPTH,), (DEFAULT_INIT,),
+                   INTERVENTION_SEEDS, ALL_CONDITIONS, model=_DEMO_MODEL, train=_schedule(_DEMO_TRAIN, 14, 30),
+                   note=_DEMO_NOTE),
+    "quick": Preset("quick", "interventions", "stdlib-docs", (DEMO_INTERVENTION_DEPTH,), (DEFAULT_INIT,),
+                    INTERVENTION_SEEDS, ALL_CONDITIONS, model=_DEMO_MODEL, train=_schedule(_DEMO_TRAIN, 3, 10),
+                    note=_QUICK_NOTE),
+    "smoke": Preset("smoke", "interventions", "stdlib-docs", (2,), (DEFAULT_INIT,), (7,), ALL_CONDITIONS,
+                    model=_SMOKE_MODEL, train=_schedule(_SMOKE_TRAIN, 2, 2), note=_SMOKE_NOTE),
 }
 
 
-def _describe(presets: dict[str, Preset], field: str, fmt=str) -> str:
-    """``demo: 6, smoke: 2, …``: a preset field's value per preset, for ``--help``."""
-    return ", ".join(f"{n}: {fmt(getattr(p, field))}" for n, p in presets.items())
+def _describe(presets: dict[str, Preset], value: Callable[[Preset], Any]) -> str:
+    """``demo: 6, smoke: 2, …``: ``value(preset)`` per preset, for ``--help``."""
+    return ", ".join(f"{n}: {value(p)}" for n, p in presets.items())
 
 
 def _csv(values: tuple) -> str:
@@ -193,21 +205,21 @@ def add_grid_flags(p: argparse.ArgumentParser, presets: dict[str, Preset], condi
     g = p.add_argument_group("grid (override the preset; lists take 4,6,8 or 4 6 8)")
     g.add_argument("--preset", default="demo", choices=list(presets), help="named grid and run shape")
     g.add_argument("--depths", type=int_list, nargs="+", metavar="N",
-                   help=f"layer counts (preset: {_describe(presets, 'depths', _csv)})")
+                   help=f"layer counts (preset: {_describe(presets, lambda p: _csv(p.depths))})")
     g.add_argument("--inits", type=name_list, nargs="+", metavar="INIT",
                    help=f"subset of {', '.join(QK_INITS)} (preset: all but smoke)")
     g.add_argument("--seeds", type=int, metavar="N",
-                   help=f"the first N of the preset's seeds ({_describe(presets, 'seeds', _csv)})")
+                   help=f"the first N of the preset's seeds ({_describe(presets, lambda p: _csv(p.seeds))})")
     g.add_argument("--seed-list", type=int_list, nargs="+", metavar="SEED", help="explicit seeds (>= 0)")
     if conditions:
         g.add_argument("--conditions", type=name_list, nargs="+", metavar="COND",
                        help=f"subset of {', '.join(INTERVENTIONS)} (preset: all)")
-    g.add_argument("--epochs", type=int, help=f"epochs after epoch 0 (preset: {_describe(presets, 'epochs')})")
+    g.add_argument("--epochs", type=int, help=f"epochs after epoch 0 (preset: {_describe(presets, lambda p: p.train.epochs)})")
     g.add_argument("--steps-per-epoch", type=int,
-                   help=f"optimiser steps per epoch (preset: {_describe(presets, 'steps_per_epoch')}; "
+                   help=f"optimiser steps per epoch (preset: {_describe(presets, lambda p: p.train.steps_per_epoch)}; "
                    "None = one pass over the training split)")
     g.add_argument("--corpus", help="wikitext103, stdlib-docs or a UTF-8 text file "
-                   f"(preset: {_describe(presets, 'corpus')})")
+                   f"(preset: {_describe(presets, lambda p: p.corpus)})")
     g.add_argument("--data-dir", help="folder holding wiki.train.raw; only with the wikitext103 corpus")
 
 
@@ -229,12 +241,13 @@ def preset_from_args(args: argparse.Namespace, presets: dict[str, Preset]) -> Pr
                              f"{base.seeds}; use 1..{len(base.seeds)} or --seed-list")
         changes["seeds"] = base.seeds[: args.seeds]
     for flag, fieldname in (("seed_list", "seeds"), ("depths", "depths"), ("inits", "inits"),
-                            ("conditions", "conditions"), ("epochs", "epochs"),
-                            ("steps_per_epoch", "steps_per_epoch"), ("corpus", "corpus"),
-                            ("data_dir", "data_dir")):
+                            ("conditions", "conditions"), ("corpus", "corpus"), ("data_dir", "data_dir")):
         value = getattr(args, flag, None)
         if value is not None:
             changes[fieldname] = value
+    schedule = {f: getattr(args, f) for f in ("epochs", "steps_per_epoch") if getattr(args, f) is not None}
+    if schedule:
+        changes["train"] = replace(base.train, **schedule)
     corpus = changes.get("corpus", base.corpus)
     if args.data_dir is not None and corpus != "wikitext103":
         raise UsageError(f"--data-dir {args.data_dir} is read only by the wikitext103 corpus; "

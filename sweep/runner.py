@@ -1,4 +1,5 @@
-"""The Ray Tune driver shared by ``sweep.baseline`` and ``sweep.interventions``.
+"""The Ray Tune driver shared by ``sweep.baseline``, ``sweep.interventions`` and ``sweep.demo``:
+``run_sweep(preset, SweepSettings(...))``.
 
 Everything is checked before Ray starts (grid, corpus, store); the corpus is
 encoded once here and reaches every trial through the object store
@@ -12,7 +13,7 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +28,8 @@ from sweep.cli import (
     at_least,
     gpu_fraction,
     plain_name,
-    positive,
 )
+from sweep.options import TrialOptions
 from sweep.presets import Preset
 from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
 from sweep.store import Store, StoreError, sweep_lock
@@ -59,24 +60,47 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     g.add_argument("--failure-marker-dir", help=argparse.SUPPRESS)
 
 
-def check_run_flags(args: argparse.Namespace) -> None:
-    """Every storage and resource flag, before anything starts or is created."""
-    plain_name("--name", args.name)
-    positive("--cpus-per-trial", args.cpus_per_trial)
-    at_least("--max-concurrent", args.max_concurrent, 1)
-    at_least("--max-failures", args.max_failures, -1, " (-1 = retry forever)")
-    at_least("--checkpoint-every", args.checkpoint_every, 1)
-    at_least("--num-cpus", args.num_cpus, 1)
-    if args.address and args.num_cpus is not None:
-        raise UsageError(f"--num-cpus {args.num_cpus} sizes a local Ray; with --address {args.address} "
-                         "the cluster's own CPUs are used (drop one of them)")
-    gpu_fraction("--gpus-per-trial", args.gpus_per_trial, None if args.address else node_gpus())
+@dataclass(frozen=True)
+class SweepSettings:
+    """How a sweep runs besides its grid: the experiment, the trials' options, the Ray it uses."""
+
+    name: str  # the Tune experiment: a plain name, one folder under the storage
+    trial: TrialOptions  # store, storage, per-trial resources, checkpoints, plugins
+    address: str | None = None  # a running Ray cluster to join (e.g. auto); None: start a local one
+    num_cpus: int | None = None  # CPUs of the local Ray (None: all)
+    max_concurrent: int | None = None  # most trials at once (None: as many as resources allow)
+    max_failures: int = 3  # retries of a failed trial from its checkpoint; -1 = retry forever
+    resume: bool = False  # insist on continuing an experiment (continuing is automatic when one exists)
+
+    def __post_init__(self) -> None:
+        """Each value on its own, named by its flag."""
+        plain_name("--name", self.name)  # a folder of the storage: no '/' or '..'
+        at_least("--max-concurrent", self.max_concurrent, 1)
+        at_least("--max-failures", self.max_failures, -1, " (-1 = retry forever)")
+        at_least("--num-cpus", self.num_cpus, 1)
+        if self.address and self.num_cpus is not None:
+            raise UsageError(f"--num-cpus {self.num_cpus} sizes a local Ray; with --address {self.address} "
+                             "the cluster's own CPUs are used (drop one of them)")
+
+
+def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSettings:
+    """The storage and resource flags as ``SweepSettings`` (checked as they are built)."""
+    name = args.name or default_name
+    trial = TrialOptions(
+        store=args.store, storage=args.storage, cpus_per_trial=args.cpus_per_trial,
+        gpus_per_trial=args.gpus_per_trial, checkpoint_every=args.checkpoint_every, compile=args.compile,
+        plugins=tuple(args.plugin), fail_after_epoch=args.fail_after_epoch,
+        # test-only; a local folder even when the storage is remote
+        failure_marker_dir=args.failure_marker_dir or str(Path("runs/markers").resolve() / name),
+    )
+    return SweepSettings(name, trial, args.address, args.num_cpus, args.max_concurrent, args.max_failures,
+                         args.resume)
 
 
 def prepare_corpus(preset: Preset) -> Corpus:
     """Encode once in the driver (checked: one window of context + 1 in both splits);
     plain arrays so Ray shares them zero-copy."""
-    corpus = load_corpus(preset.corpus, preset.data_dir, context=preset.context)
+    corpus = load_corpus(preset.corpus, preset.data_dir, context=preset.model.context)
     return replace(corpus, train=np.ascontiguousarray(corpus.train), val=np.ascontiguousarray(corpus.val))
 
 
@@ -87,7 +111,7 @@ def _reporter(preset: Preset):
     from sweep.progress import EtaReporter
 
     return EtaReporter(
-        epochs_per_trial=preset.epochs, n_trials=len(preset.cells()),
+        epochs_per_trial=preset.train.epochs, n_trials=len(preset.cells()),
         parameter_columns=cell, max_column_length=24,
         metric_columns={"epoch": "epoch", "val_loss": "val loss", "qk_alignment": "align",
                         "attn_entropy": "entropy", "status": "status"},
@@ -105,12 +129,15 @@ def _trial_dirname(trial) -> str:
     return f"{trial.trial_id}-{c['intervention'][:8]}-{c['init'][:8]}-L{c['depth']}-s{c['seed']}"
 
 
-def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFrame:
-    """Run (or resume) the preset's grid on Ray Tune; returns the per-trial summary."""
-    check_run_flags(args)
-    plain_name("--name", name)
+def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
+    """Run (or resume) the preset's grid on Ray Tune; returns the per-trial summary.
+
+    Everything is checked before Ray starts (a Ray already running is used and left running).
+    """
+    name, trial = settings.name, settings.trial
+    gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, None if settings.address else node_gpus())
     cells = preset.cells()
-    store_uri, storage = absolute_uri(args.store), absolute_uri(args.storage)
+    store_uri, storage = absolute_uri(trial.store), absolute_uri(trial.storage)
     corpus = prepare_corpus(preset)  # before any folder or bucket object is created
     store = Store(store_uri)
     try:
@@ -121,7 +148,7 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
 
     path = f"{storage.rstrip('/')}/{name}"
     restorable = tune.Tuner.can_restore(path)  # reads the experiment state; needs no Ray
-    if args.resume and not restorable:
+    if settings.resume and not restorable:
         raise UsageError(f"--resume: no restorable experiment at {path}")
     store.check_writable()  # a clear error now rather than in every trial
     if storage != store_uri:  # Tune's storage too, before Ray starts (a missing bucket, a typo)
@@ -136,19 +163,13 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
 
     import ray
 
-    started = init_ray(args.address, args.num_cpus)
+    started = init_ray(settings.address, settings.num_cpus)
     try:
-        gpu_fraction("--gpus-per-trial", args.gpus_per_trial, node_gpus())  # the joined cluster's nodes
-        gpus = default_gpus(args.gpus_per_trial)
-        from sweep.trial import TrialOptions, train_cell
+        gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())  # the joined cluster's nodes
+        from sweep.trial import train_cell
 
-        options = TrialOptions(
-            store=store_uri, storage=storage, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=gpus,
-            checkpoint_every=args.checkpoint_every, compile=args.compile,
-            plugins=tuple(getattr(args, "plugin", ()) or ()), fail_after_epoch=args.fail_after_epoch,
-            # test-only; a local folder even when the storage is remote
-            failure_marker_dir=args.failure_marker_dir or str(Path("runs/markers").resolve() / name),
-        )
+        options = replace(trial, store=store_uri, storage=storage,
+                          gpus_per_trial=default_gpus(trial.gpus_per_trial))
         trainable = tune.with_resources(tune.with_parameters(train_cell, corpus=corpus),
                                         {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
         # Tune's classic CLIReporter (the columns we choose) is only used with the old output engine.
@@ -165,12 +186,12 @@ def run_sweep(preset: Preset, args: argparse.Namespace, name: str) -> pd.DataFra
                              "options": options.to_config()},
                 # reuse_actors: a trial's worker keeps its imports (torch, ray, the plugins);
                 # a fresh actor per trial cost ~6 s of CPU each (LOG.md). Results are identical.
-                tune_config=tune.TuneConfig(max_concurrent_trials=args.max_concurrent, reuse_actors=True,
+                tune_config=tune.TuneConfig(max_concurrent_trials=settings.max_concurrent, reuse_actors=True,
                                             trial_name_creator=_trial_name,
                                             trial_dirname_creator=_trial_dirname),
                 run_config=tune.RunConfig(
                     name=name, storage_path=storage, progress_reporter=_reporter(preset), verbose=1,
-                    failure_config=tune.FailureConfig(max_failures=args.max_failures),
+                    failure_config=tune.FailureConfig(max_failures=settings.max_failures),
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 ),
             )

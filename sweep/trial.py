@@ -14,7 +14,6 @@ import os
 import pickle
 import signal
 import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,43 +25,12 @@ from interventions import make_intervention
 from model.corpus import Corpus
 from model.plugins import load_plugins
 from model.train import EpochReport, Trainer
+from sweep.options import TrialOptions
 from sweep.presets import Cell
 from sweep.store import Store
 
 STATE_FILE = "trainer.pt"
 FAILURE_MARKER = ".injected_failure_done"
-
-
-@dataclass(frozen=True)
-class TrialOptions:
-    """Everything a trial needs besides its cell: what crosses from the driver into Tune.
-
-    Travels in the Tune config as ``to_config()`` (plain scalars, kept in the
-    experiment state, so a resumed sweep runs its trials with the options it started with).
-    """
-
-    store: str  # the Parquet store's root URI, absolute
-    storage: str  # Tune's storage URI, absolute (for the record: Tune itself is told in RunConfig)
-    cpus_per_trial: float = 1.0  # Ray CPUs per trial = torch threads
-    gpus_per_trial: float = 0.0  # Ray GPU fraction per trial (the CPU runs it when torch sees none)
-    checkpoint_every: int = 1  # epochs between Tune checkpoints (the last epoch always checkpoints)
-    compile: bool = False  # torch.compile the model (CUDA only)
-    plugins: tuple[str, ...] = ()  # modules imported first in every trial process (--plugin)
-    fail_after_epoch: int | None = None  # tests: SIGKILL the worker once after this epoch's rows
-    failure_marker_dir: str | None = None  # tests: where the one-time failure is remembered
-
-    def __post_init__(self) -> None:
-        if self.checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
-        if self.fail_after_epoch is not None and not self.failure_marker_dir:
-            raise ValueError("fail_after_epoch needs failure_marker_dir")
-
-    def to_config(self) -> dict[str, Any]:
-        return {**asdict(self), "plugins": list(self.plugins)}
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> TrialOptions:
-        return cls(**{**config, "plugins": tuple(config.get("plugins", ()))})
 
 
 def layer_mean(rows: list[dict[str, Any]], column: str) -> float | None:

@@ -189,9 +189,9 @@ def test_help_shows_defaults_and_preset_shapes(capsys) -> None:
 
 
 @pytest.mark.parametrize(("make", "error", "needle"), [
-    (lambda: Preset("x", "baseline", "stdlib-docs", (1,), ("qk_identical",), ("a", "b"), 1, 1),
+    (lambda: Preset("x", "baseline", "stdlib-docs", (1,), ("qk_identical",), ("a", "b")),
      ValueError, "Preset.seeds must hold integers, got 'a'"),
-    (lambda: Preset("x", "baseline", "stdlib-docs", (1,), ("qk_identical",), (1,), 1, 1, data_dir="/d"),
+    (lambda: Preset("x", "baseline", "stdlib-docs", (1,), ("qk_identical",), (1,), data_dir="/d"),
      ValueError, "corpus 'stdlib-docs' would ignore it"),
     (lambda: Store("s3://"), StoreError, "names no bucket"),
     (lambda: Store(None), StoreError, "must be a path or URI string"),

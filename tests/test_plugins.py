@@ -68,7 +68,7 @@ def _run_preset(preset: Preset, store: Store) -> None:
 
 def test_toy_regime_and_condition_reach_the_report(registries, tmp_path, monkeypatch):
     toy_init, toy_cond = _register_toys()
-    shape = dict(depths=(2,), seeds=(1, 2), epochs=2, steps_per_epoch=2)
+    shape = dict(depths=(2,), seeds=(1, 2), train=replace(SMOKE.train, epochs=2, steps_per_epoch=2))
     base = replace(SMOKE, inits=(toy_init, DEFAULT_INIT), **shape)
     iv = replace(INTERVENTION_PRESETS["smoke"], inits=(toy_init,), conditions=(CONTROL, toy_cond), **shape)
     store = Store(str(tmp_path / "store"))
@@ -164,5 +164,5 @@ def test_plugin_in_ray_workers_baseline_interventions_report(local_ray, registri
     report.main(["--store", str(tmp_path / "store"), "--out", str(tmp_path / "out"), "--no-figures", *plugin])
     md = Path(tmp_path / "out" / "report.md").read_text()
     assert "Plugin Half Copy" in md and "Plugin: freeze V" in md and "unknown names" not in md
-    assert_store_complete(store, runs=3, epochs=SMOKE.epochs,
-                          layer_rows=(SMOKE.epochs + 1) * (1 + 2 * INTERVENTION_PRESETS["smoke"].depths[0]))
+    assert_store_complete(store, runs=3, epochs=SMOKE.train.epochs,
+                          layer_rows=(SMOKE.train.epochs + 1) * (1 + 2 * INTERVENTION_PRESETS["smoke"].depths[0]))

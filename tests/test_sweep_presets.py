@@ -63,10 +63,10 @@ def test_baseline_paper_is_the_study():
     assert p.depths == (4, 6, 8)
     assert set(p.inits) == set(QK_INITS) and len(p.inits) == 3
     assert p.seeds == (37, 42, 105, 210)
-    assert p.epochs == 45
-    assert p.steps_per_epoch is None  # one pass over the training split per epoch
-    assert (p.batch_size, p.context, p.d_model, p.lr) == (64, 128, 256, 1e-4)
-    assert (p.n_head, p.d_mlp) == (4, 1024)
+    assert p.train.epochs == 45
+    assert p.train.steps_per_epoch is None  # one pass over the training split per epoch
+    assert (p.train.batch_size, p.model.context, p.model.d_model, p.train.lr) == (64, 128, 256, 1e-4)
+    assert (p.model.n_head, p.model.d_mlp) == (4, 1024)
     assert p.conditions == ("none",)
     assert len(p.cells()) == 3 * 3 * 4
     t = p.train_config(seed=37)
@@ -81,9 +81,9 @@ def test_interventions_paper_is_the_study():
     assert p.depths == (8,)
     assert p.inits == ("independent_xavier",)
     assert p.seeds == (7, 37, 42, 105, 210)
-    assert p.epochs == 15
-    assert p.steps_per_epoch is None
-    assert (p.batch_size, p.context, p.d_model, p.lr) == (64, 128, 256, 1e-4)
+    assert p.train.epochs == 15
+    assert p.train.steps_per_epoch is None
+    assert (p.train.batch_size, p.model.context, p.model.d_model, p.train.lr) == (64, 128, 256, 1e-4)
     assert len(p.conditions) == 6
     assert set(p.conditions) == {"none", "forced_k_contraction", "k_spectrum_clamp", "freeze_k",
                                  "freeze_q", "qk_align_reg"}
@@ -105,7 +105,7 @@ MIN_BASELINE_STEPS = 850
 
 def _cpu_s(p, seeds: int | None = None) -> float:
     cells = [c for c in p.cells() if seeds is None or c.seed in p.seeds[:seeds]]
-    return TUNE_OVERHEAD * sum(p.epochs * (p.steps_per_epoch * STEP_S(c.depth) + EPOCH_PROBE_S)
+    return TUNE_OVERHEAD * sum(p.train.epochs * (p.train.steps_per_epoch * STEP_S(c.depth) + EPOCH_PROBE_S)
                                for c in cells)
 
 
@@ -114,7 +114,7 @@ def _cpu_s(p, seeds: int | None = None) -> float:
 def test_demo_shape(presets, name):
     p = presets[name]
     assert p.corpus == "stdlib-docs"
-    assert (p.d_model, p.d_mlp, p.context, p.batch_size, p.lr) == (64, 256, 64, 16, 1e-3)
+    assert (p.model.d_model, p.model.d_mlp, p.model.context, p.train.batch_size, p.train.lr) == (64, 256, 64, 16, 1e-3)
     assert "1e-3" in p.note or "too short" in p.note  # the raised lr / the short schedule is said out loud
 
 
@@ -132,15 +132,15 @@ def test_demo_grid_kinds():
 
 def test_demo_trains_past_the_collapse_within_the_time_budget():
     b, i = BASELINE_PRESETS["demo"], INTERVENTION_PRESETS["demo"]
-    assert b.epochs * b.steps_per_epoch >= MIN_BASELINE_STEPS
-    assert b.epochs >= 15  # enough logged epochs for a per-layer slope after the collapse
+    assert b.train.epochs * b.train.steps_per_epoch >= MIN_BASELINE_STEPS
+    assert b.train.epochs >= 15  # enough logged epochs for a per-layer slope after the collapse
     cost = _cpu_s(b) + _cpu_s(i, seeds=2)  # the demo runs the interventions with --seeds 2
     assert cost <= DEMO_CPU_BUDGET_S, f"demo sweeps cost ~{cost:.0f} CPU s > {DEMO_CPU_BUDGET_S}"
 
 
 def test_quick_is_a_short_pipeline_check():
     b, i = BASELINE_PRESETS["quick"], INTERVENTION_PRESETS["quick"]
-    assert b.epochs * b.steps_per_epoch <= 60 and i.epochs * i.steps_per_epoch <= 60
+    assert b.train.epochs * b.train.steps_per_epoch <= 60 and i.train.epochs * i.train.steps_per_epoch <= 60
     assert "too short" in b.note and "too short" in i.note
 
 
@@ -148,8 +148,8 @@ def test_quick_is_a_short_pipeline_check():
 def test_smoke_is_small(presets):
     p = presets["smoke"]
     assert len(p.cells()) <= 6
-    assert p.epochs <= 3 and p.steps_per_epoch is not None and p.steps_per_epoch <= 5
-    assert p.d_model <= 32 and p.context <= 32
+    assert p.train.epochs <= 3 and p.train.steps_per_epoch is not None and p.train.steps_per_epoch <= 5
+    assert p.model.d_model <= 32 and p.model.context <= 32
 
 
 def test_interventions_smoke_covers_every_condition():
@@ -177,11 +177,11 @@ def test_seed_list_and_grid_flags():
     assert p.seeds == (1, 2)
     assert p.depths == (2, 3)
     assert p.inits == ("qk_identical",)
-    assert p.epochs == 5 and p.train_config(0).epochs == 5
-    assert p.steps_per_epoch == 7 and p.train_config(0).steps_per_epoch == 7
+    assert p.train.epochs == 5 and p.train_config(0).epochs == 5
+    assert p.train.steps_per_epoch == 7 and p.train_config(0).steps_per_epoch == 7
     assert p.corpus == "stdlib-docs"
     # the run shape stays the paper's
-    assert (p.d_model, p.batch_size, p.lr) == (256, 64, 1e-4)
+    assert (p.model.d_model, p.train.batch_size, p.train.lr) == (256, 64, 1e-4)
     assert len(p.cells()) == 2 * 1 * 2
 
 

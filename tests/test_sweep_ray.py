@@ -97,8 +97,8 @@ def test_trials_spread_over_nodes_and_pack_four_per_gpu(two_gpu_nodes, tmp_path)
     print(f"\nmin free GPU {min(free_gpu)} over {len(free_gpu)} samples; peak concurrent trials "
           f"(from result times) {peak}; trials per node {results['node_id'].value_counts().tolist()}")
 
-    assert_store_complete(Store(str(tmp_path / "store")), runs=8, epochs=SMOKE.epochs,
-                          layer_rows=4 * (SMOKE.epochs + 1) * (1 + 2))
+    assert_store_complete(Store(str(tmp_path / "store")), runs=8, epochs=SMOKE.train.epochs,
+                          layer_rows=4 * (SMOKE.train.epochs + 1) * (1 + 2))
 
 
 # --- one local Ray shared by the single-node tests -----------------------------------------
@@ -169,11 +169,11 @@ def test_interventions_smoke(local_ray, tmp_path):
     assert set(summary["condition"]) == set(ALL_CONDITIONS)
 
     store = Store(str(tmp_path / "store"))
-    ep, ly = assert_store_complete(store, runs=6, epochs=smoke.epochs,
-                                   layer_rows=6 * 1 * (smoke.epochs + 1) * depth)
+    ep, ly = assert_store_complete(store, runs=6, epochs=smoke.train.epochs,
+                                   layer_rows=6 * 1 * (smoke.train.epochs + 1) * depth)
     assert set(ly["sweep"]) == {"interventions"} and set(ep["sweep"]) == {"interventions"}
     assert set(ly["intervention"]) == set(ALL_CONDITIONS)
-    assert ly.groupby("intervention").size().to_dict() == {c: (smoke.epochs + 1) * depth for c in ALL_CONDITIONS}
+    assert ly.groupby("intervention").size().to_dict() == {c: (smoke.train.epochs + 1) * depth for c in ALL_CONDITIONS}
     assert set(ly["seed"]) == {smoke.seeds[0]}
     assert store.read("layers", sweep="baseline").empty
 

@@ -34,7 +34,7 @@ SMOKE = BASELINE_PRESETS["smoke"]
 #: The sweep run on S3 and, for the timing, on local disk: the smoke grid for one init (2 trials).
 GRID = ["--preset", "smoke", "--inits", "independent_xavier"]
 CELLS = [c for c in SMOKE.cells() if c.init == "independent_xavier"]
-SMOKE_LAYER_ROWS = (SMOKE.epochs + 1) * sum(c.depth for c in CELLS)
+SMOKE_LAYER_ROWS = (SMOKE.train.epochs + 1) * sum(c.depth for c in CELLS)
 SMOKE_RUNS = len(CELLS)
 TIMINGS: dict[str, float] = {}
 
@@ -108,9 +108,9 @@ def test_sweep_on_s3_completes_and_reads_back(s3_sweep, s3_endpoint):
     layers = pd.read_parquet(f"{bucket}/store/layers", filesystem=fs)
     epochs = pd.read_parquet(f"{bucket}/store/epochs", filesystem=fs)
     assert len(layers) == SMOKE_LAYER_ROWS
-    assert len(epochs) == SMOKE_RUNS * (SMOKE.epochs + 1)
+    assert len(epochs) == SMOKE_RUNS * (SMOKE.train.epochs + 1)
     assert not layers.duplicated(["run_id", "epoch", "layer"]).any()
-    assert set(epochs.loc[epochs["epoch"] == SMOKE.epochs, "status"]) == {"completed"}
+    assert set(epochs.loc[epochs["epoch"] == SMOKE.train.epochs, "status"]) == {"completed"}
     assert set(layers["run_id"]) == {c.run_id for c in CELLS}
 
     store = Store(f"s3://{bucket}/store")
@@ -129,7 +129,7 @@ def test_experiment_on_s3_reads_with_tune(s3_sweep):
     assert len(analysis.trials) == SMOKE_RUNS
     assert {t.status for t in analysis.trials} == {"TERMINATED"}
     for history in analysis.trial_dataframes.values():
-        assert history["epoch"].tolist() == list(range(SMOKE.epochs + 1))
+        assert history["epoch"].tolist() == list(range(SMOKE.train.epochs + 1))
 
 
 def test_report_reads_the_store_from_s3(s3_sweep, tmp_path):

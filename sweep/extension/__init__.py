@@ -28,12 +28,12 @@ special tokens, at positions 0..T−1.
 One module per idea: ``checkpoint_series`` (the series registry, revision
 selection, manifests), ``revision_probe`` (one revision: download, load, probe,
 rows), ``integrity`` (weights hashes, duplicate revisions), ``pool`` (the Ray
-actor pool), ``cli`` (``python -m sweep.extension``) and ``tiny_series`` (a tiny
+actor pool), ``cli`` (``python -m sweep.extension``; ``probe_checkpoints`` is it as a function) and ``tiny_series`` (a tiny
 offline GPT-2 series to probe; ``python -m sweep.tiny_series``). The names below
 are the package's API; its modules import each other directly, never through here.
 """
 
-from sweep.extension.cli import main, parse_args
+from sweep.extension.cli import ExtensionSettings, main, parse_args, probe_checkpoints
 from sweep.extension.pool import Pool, run_extension, summarize
 
-__all__ = ["Pool", "main", "parse_args", "run_extension", "summarize"]
+__all__ = ["ExtensionSettings", "Pool", "main", "parse_args", "probe_checkpoints", "run_extension", "summarize"]

@@ -7,6 +7,7 @@ The command line of the extension; the pool is sweep/extension/pool.py.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import ray
@@ -21,18 +22,18 @@ from sweep.cli import (
     gpu_fraction,
     name_list,
     parser,
-    positive,
     read_text,
     run_cli,
 )
 from sweep.extension.checkpoint_series import (
     DEFAULT_REVISIONS,
     SERIES,
+    Manifest,
     build_manifest,
     load_manifest,
     write_manifest,
 )
-from sweep.extension.pool import format_summary, run_extension, summarize
+from sweep.extension.pool import JobResult, format_summary, run_extension, summarize
 from sweep.extension.revision_probe import (
     ProbeSettings,
 )
@@ -94,24 +95,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Every value, before the store is touched or Ray starts."""
-    at_least("--actors", args.actors, 1)
-    at_least("--n-seqs", args.n_seqs, 1)
-    at_least("--seq-len", args.seq_len, 2)
+    """The flags ``ExtensionSettings`` does not hold, before the store is touched or Ray starts."""
     at_least("--revisions", args.revisions, 1)
-    at_least("--max-attempts", args.max_attempts, 1)
-    positive("--cpus-per-actor", args.cpus_per_actor)
-    at_least("--num-cpus", args.num_cpus, 1)
-    at_least("--num-gpus", args.num_gpus, 0)
-    if args.address and (args.num_cpus is not None or args.num_gpus is not None):
-        raise UsageError(f"--num-cpus/--num-gpus size a local Ray; with --address {args.address} the "
-                         "cluster's own resources are used (drop one of them)")
-    node = None if args.address else node_gpus(args.num_gpus)
-    gpu_fraction("--gpus-per-actor", args.gpus_per_actor, node)
     if args.write_manifest:
         parent = Path(args.write_manifest).resolve().parent
         if not parent.is_dir():
             raise UsageError(f"--write-manifest {args.write_manifest}: folder {parent} does not exist")
+
+
+def settings_from_args(args: argparse.Namespace) -> ExtensionSettings:
+    """The probe, pool and Ray flags as ``ExtensionSettings`` (checked as they are built)."""
+    probe = ProbeSettings(args.store, args.n_seqs, args.seq_len, args.hf_cache, max(1, int(args.cpus_per_actor)),
+                          args.allow_pickle_weights, args.cpus_per_actor, tuple(args.plugin))
+    return ExtensionSettings(probe, args.actors, args.gpus_per_actor, args.max_attempts, args.force,
+                             args.address, args.num_cpus, args.num_gpus)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     check_args(args)
+    settings = settings_from_args(args)
     if args.manifest:
         existing_path("--manifest", args.manifest)
         manifest = load_manifest(args.manifest, require_paths=True)
@@ -130,27 +128,65 @@ def _main(args: argparse.Namespace) -> int:
         except Exception as exc:  # the hub listing needs the network
             raise UsageError(f"cannot list the series' revisions on the hub ({type(exc).__name__}: {exc}); "
                              "without network access pass --manifest with local paths") from None
-    text = read_text("--text", args.text) if args.text else default_probe_text()
-    if args.text and len(text) < args.n_seqs:
+    text = read_text("--text", args.text) if args.text else None  # None: the embedded corpus
+    if text is not None and len(text) < args.n_seqs:
         raise UsageError(f"--text {args.text}: {len(text)} characters cannot give --n-seqs {args.n_seqs} "
                          "sequences")
-    store_uri = absolute_uri(args.store)
+    probe_checkpoints(manifest, settings, text, save_manifest=args.write_manifest)
+    return 0
+
+
+@dataclass(frozen=True)
+class ExtensionSettings:
+    """How the extension runs besides what it probes; ``probe`` is what every actor needs."""
+
+    probe: ProbeSettings  # the store (a path or URI), probe batch shape, hub cache, threads, plugins
+    actors: int = 2  # probe actors
+    gpus_per_actor: float | None = None  # None: a quarter of a GPU when the cluster has GPUs, else 0
+    max_attempts: int = 2  # tries of a revision whose actor keeps dying before it is recorded as failed
+    force: bool = False  # redo revisions already in the store
+    address: str | None = None  # a Ray cluster to join; None: a running Ray, else a local one
+    num_cpus: int | None = None  # CPUs of a local Ray (None: all)
+    num_gpus: int | None = None  # GPUs of a local Ray (None: detected)
+
+    def __post_init__(self) -> None:
+        """Each value on its own, named by its flag (``probe_checkpoints`` checks the GPUs against the nodes)."""
+        at_least("--actors", self.actors, 1)
+        at_least("--max-attempts", self.max_attempts, 1)
+        at_least("--num-cpus", self.num_cpus, 1)
+        at_least("--num-gpus", self.num_gpus, 0)
+        if self.address and (self.num_cpus is not None or self.num_gpus is not None):
+            raise UsageError(f"--num-cpus/--num-gpus size a local Ray; with --address {self.address} the "
+                             "cluster's own resources are used (drop one of them)")
+        gpu_fraction("--gpus-per-actor", self.gpus_per_actor, None)
+
+
+def probe_checkpoints(manifest: Manifest, settings: ExtensionSettings, text: str | None = None,
+                      save_manifest: str | None = None) -> list[JobResult]:
+    """The command as a function: probe the manifest's revisions into the store and print a summary.
+
+    ``text``: the probe text (default: the embedded stdlib-docs corpus). ``save_manifest``: a
+    file to write the manifest to once the store is known writable. A Ray already running is
+    used and left running; otherwise one is started and stopped here.
+    """
+    node = None if settings.address else node_gpus(settings.num_gpus)
+    gpu_fraction("--gpus-per-actor", settings.gpus_per_actor, node)
+    store_uri = absolute_uri(settings.probe.store)
     store = Store(store_uri)
     store.check_writable()
-    if args.write_manifest:
-        write_manifest(manifest, args.write_manifest)
+    if save_manifest:
+        write_manifest(manifest, save_manifest)
     n_revs = sum(len(s.revisions) for s in manifest.series)
     print(f"[extension] {len(manifest.series)} series, {n_revs} revisions -> {store_uri}")
-    settings = ProbeSettings(store_uri, args.n_seqs, args.seq_len, args.hf_cache,
-                             max(1, int(args.cpus_per_actor)), args.allow_pickle_weights,
-                             args.cpus_per_actor, tuple(args.plugin))
-    started = init_ray(args.address, args.num_cpus, args.num_gpus)
+    probe = replace(settings.probe, store=store_uri)
+    started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
     try:
         with sweep_lock(store, "extension"):
-            results = run_extension(manifest, settings, text, args.actors, args.gpus_per_actor,
-                                    args.force, args.max_attempts)
+            results = run_extension(manifest, probe, default_probe_text() if text is None else text,
+                                    settings.actors, settings.gpus_per_actor, settings.force,
+                                    settings.max_attempts)
     finally:
         if started:
             ray.shutdown()
     print(format_summary(summarize(results), results))
-    return 0
+    return results

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from sweep.cli import at_least, positive
 from sweep.extension.checkpoint_series import Manifest
 from sweep.extension.integrity import weights_sha256
 from sweep.store.schema import CHECKPOINT_METRICS, SCHEMA_VERSION
@@ -54,6 +55,12 @@ class ProbeSettings:
     allow_pickle: bool = False  # load pickled *.bin weights when a revision has no safetensors
     cpus: float | None = None  # Ray CPUs per actor (None: ``threads``)
     plugins: tuple[str, ...] = ()  # --plugin modules, imported again in every actor
+
+    def __post_init__(self) -> None:
+        """Each value on its own, named by its flag."""
+        at_least("--n-seqs", self.n_seqs, 1)
+        at_least("--seq-len", self.seq_len, 2)
+        positive("--cpus-per-actor", self.cpus)
 
 
 class RevisionError(RuntimeError):

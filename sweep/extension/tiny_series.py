@@ -124,23 +124,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    steps = list(flatten(args.steps))
+    build_series(args.out, list(flatten(args.steps)), args.corpus, args.layers, args.cache_dir, args.threads)
+    return 0
+
+
+def build_series(out: str, steps: list[int] | tuple[int, ...] = DEFAULT_STEPS, corpus: str = "stdlib-docs",
+                 layers: int = 2, cache_dir: str | None = None, threads: int = 1) -> Manifest:
+    """The command as a function: check every value (errors name its flag), ``build``, print a line."""
+    steps = list(steps)
     if not steps:
         raise UsageError("--steps needs at least one step")
     for step in steps:
         at_least("--steps", step, 0)
-    at_least("--layers", args.layers, 1)
-    at_least("--threads", args.threads, 1)
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UsageError(f"--out {args.out}: a file is in the way (need a folder)")
-    load_corpus(args.corpus, cache_dir=args.cache_dir, context=CONTEXT)  # checked before training
+    at_least("--layers", layers, 1)
+    at_least("--threads", threads, 1)
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UsageError(f"--out {out}: a file is in the way (need a folder)")
+    load_corpus(corpus, cache_dir=cache_dir, context=CONTEXT)  # checked before training
     t0 = time.perf_counter()
-    manifest = build(args.out, steps, args.corpus, args.layers, cache_dir=args.cache_dir,
-                     threads=args.threads)
+    manifest = build(out, steps, corpus, layers, cache_dir=cache_dir, threads=threads)
     n = len(manifest.series[0].revisions)
-    print(f"[tiny_series] {n} revisions of {SERIES_NAME} -> {Path(args.out).resolve()}/manifest.json "
+    print(f"[tiny_series] {n} revisions of {SERIES_NAME} -> {Path(out).resolve()}/manifest.json "
           f"({time.perf_counter() - t0:.1f} s)")
-    return 0
+    return manifest
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     python -m sweep.report [--store runs/store] [--out runs/report] [--no-figures] [--preset NAME]
                            [--plugin MODULE ...]
 
+``write_report(store, out, preset)`` is the command as a function;
 ``build_report(tables, out)`` does the same on in-memory DataFrames. The
 report works on whatever the store holds (an empty store included) and lists
 what it could not compute under ``missing``.
@@ -23,8 +24,8 @@ one preset's statistics, tables, figures and scorecard, or one report per preset
 are the package's API; its modules import each other directly, never through here.
 """
 
-from sweep.report.cli import main, output_target
+from sweep.report.cli import main, output_target, write_report
 from sweep.report.inputs import load_tables
 from sweep.report.writer import PresetNotInStore, build_report
 
-__all__ = ["PresetNotInStore", "build_report", "load_tables", "main", "output_target"]
+__all__ = ["PresetNotInStore", "build_report", "load_tables", "main", "output_target", "write_report"]

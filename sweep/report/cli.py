@@ -61,30 +61,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    store = Store(args.store)
-    if not store.exists():
-        raise UsageError(f"--store {args.store}: no store there (run a sweep first, or check the path)")
-    target = output_target(args.out)
+    write_report(args.store, args.out, preset=args.preset, figures=not args.no_figures)
+    return 0
+
+
+def write_report(store: str, out: str, preset: str | None = None, figures: bool = True) -> dict:
+    """Report the store at ``store`` into ``out`` (a folder or URI), print the headline and the
+    scorecard, and return the statistics (``stats.json``). ``preset``: that preset only."""
+    if not Store(store).exists():
+        raise UsageError(f"--store {store}: no store there (run a sweep first, or check the path)")
+    target = output_target(out)
     skipped: list[dict] = []
-    tables = load_tables(args.store, skipped)
+    tables = load_tables(store, skipped)
     try:
         if target is None:
-            out = Path(args.out.removeprefix("file://"))
-            s = build_report(tables, out, figures=not args.no_figures, preset=args.preset,
+            s = build_report(tables, Path(out.removeprefix("file://")), figures=figures, preset=preset,
                              skipped_files=skipped)
         else:
             with tempfile.TemporaryDirectory(prefix="qkgeom-report-") as tmp:
-                s = build_report(tables, Path(tmp), figures=not args.no_figures, preset=args.preset,
-                                 skipped_files=skipped)
+                s = build_report(tables, Path(tmp), figures=figures, preset=preset, skipped_files=skipped)
                 write_outputs(Path(tmp), target)
     except PresetNotInStore as exc:
         raise UsageError(str(exc)) from None
-    print(f"{args.out.rstrip('/')}/report.md")
+    print(f"{out.rstrip('/')}/report.md")
     for name, one in (s.get("by_preset") or {None: s}).items():
         for line in headline(one):
             print("  " + (f"[{name}] " if name else "") + line)
     print_scorecard(s)
-    return 0
+    return s
 
 
 def print_scorecard(s: dict) -> None:

@@ -58,10 +58,10 @@ def preset_notes(preset: str, provenance: dict) -> list[str]:
             notes.append(known.note)
         ran = provenance.get("sweeps", {}).get(sweep)
         if ran and preset in ran["presets"] and ran["final_epoch"]["max"] is not None:
-            if ran["final_epoch"]["max"] != known.epochs:
+            if ran["final_epoch"]["max"] != known.train.epochs:
                 notes.append(
                     f"its {sweep} runs end at epoch {ran['final_epoch']['max']}, while the preset "
-                    f"defines {known.epochs} epochs (overridden with --epochs, or the sweep is unfinished)"
+                    f"defines {known.train.epochs} epochs (overridden with --epochs, or the sweep is unfinished)"
                 )
     return notes
 

@@ -323,9 +323,9 @@ runs = ep.groupby("run_id")["epoch"].agg(list)
 want = len(p.depths) * len(p.inits) * len(p.seeds)
 dups = int(ep.duplicated(["run_id", "epoch"]).sum())
 # every run: each epoch once, up to the preset's last (epoch 0 is the evaluation before training)
-complete = all(sorted(e) == list(range(min(e), p.epochs + 1)) and min(e) in (0, 1) for e in runs)
+complete = all(sorted(e) == list(range(min(e), p.train.epochs + 1)) and min(e) in (0, 1) for e in runs)
 print(f"   store: {len(runs)} runs (want {want}), {len(ep)} epoch rows, {dups} duplicates, "
-      f"every run has epochs {{0 or 1}}..{p.epochs} once: {complete}")
+      f"every run has epochs {{0 or 1}}..{p.train.epochs} once: {complete}")
 assert len(runs) == want and dups == 0 and complete
 EOF
 lap "(b) store read back"

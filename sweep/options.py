@@ -1,0 +1,45 @@
+"""What crosses from a sweep's driver into each Tune trial (no Ray here: the CLIs build it
+before Ray is imported)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sweep.cli import at_least, gpu_fraction, positive
+
+
+@dataclass(frozen=True)
+class TrialOptions:
+    """Everything a trial needs besides its cell: what crosses from the driver into Tune.
+
+    Travels in the Tune config as ``to_config()`` (plain scalars, kept in the
+    experiment state, so a resumed sweep runs its trials with the options it started with).
+    """
+
+    store: str  # the Parquet store's root: a path or URI (absolute once the sweep starts)
+    storage: str  # Tune's storage: a path or URI (for the record: Tune itself is told in RunConfig)
+    cpus_per_trial: float = 1.0  # Ray CPUs per trial = torch threads
+    # Ray GPU fraction per trial (the CPU runs it when torch sees none); None until the sweep
+    # starts: a quarter of a GPU when the cluster has GPUs, else 0
+    gpus_per_trial: float | None = None
+    checkpoint_every: int = 1  # epochs between Tune checkpoints (the last epoch always checkpoints)
+    compile: bool = False  # torch.compile the model (CUDA only)
+    plugins: tuple[str, ...] = ()  # modules imported first in every trial process (--plugin)
+    fail_after_epoch: int | None = None  # tests: SIGKILL the worker once after this epoch's rows
+    failure_marker_dir: str | None = None  # tests: where the one-time failure is remembered
+
+    def __post_init__(self) -> None:
+        """Each value on its own, named by its flag (``run_sweep`` checks the GPUs against the nodes)."""
+        positive("--cpus-per-trial", self.cpus_per_trial)
+        at_least("--checkpoint-every", self.checkpoint_every, 1)
+        gpu_fraction("--gpus-per-trial", self.gpus_per_trial, None)
+        if self.fail_after_epoch is not None and not self.failure_marker_dir:
+            raise ValueError("fail_after_epoch needs failure_marker_dir")
+
+    def to_config(self) -> dict[str, Any]:
+        return {**asdict(self), "plugins": list(self.plugins)}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> TrialOptions:
+        return cls(**{**config, "plugins": tuple(config.get("plugins", ()))})
