@@ -8,6 +8,9 @@
   for a context manager with a CPU-only head and ``n`` worker nodes, Ray connected.
 - ``s3_endpoint`` (module): moto's S3 server (``s3_server.py``) with the AWS_* environment
   pointing at it (other AWS_* cleared), restored after the module.
+- ``paper_grid``, ``paper_analysis``, ``small`` (session): synthetic stores with planted
+  structure (``sweep.synthetic``) and ``compute_all`` of the paper grid, built once for the
+  analysis tests (test_analysis_*.py); tests copy a table before changing it.
 - ``registries`` (function): snapshot of the init-regime and intervention registries,
   restored after the test, for tests that register toy entries.
 """
@@ -66,6 +69,27 @@ def s3_endpoint():
         for k, v in s3_server.aws_env_vars(endpoint).items():
             mp.setenv(k, v)
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def paper_grid():
+    from sweep.synthetic import make_synthetic_store
+
+    return make_synthetic_store()
+
+
+@pytest.fixture(scope="session")
+def paper_analysis(paper_grid):
+    from analysis.compute import compute_all
+
+    return compute_all(paper_grid)
+
+
+@pytest.fixture(scope="session")
+def small():
+    from sweep.synthetic import make_synthetic_store
+
+    return make_synthetic_store(n_seeds=3, epochs=9, iv_epochs=5)
 
 
 @pytest.fixture
