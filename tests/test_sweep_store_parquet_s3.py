@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow.fs as pafs
 import pytest
 import s3_server
-from test_store import fill, layer_rows
+from store_helpers import fill, layer_rows
 
 from sweep.store import Store, StoreError, compact, validate
 
