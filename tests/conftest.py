@@ -11,6 +11,8 @@
 - ``paper_grid``, ``paper_analysis``, ``small`` (session): synthetic stores with planted
   structure (``sweep.synthetic``) and ``compute_all`` of the paper grid, built once for the
   analysis tests (test_analysis_*.py); tests copy a table before changing it.
+- ``one_thread`` (module): torch on one thread for the module, restored after (tiny models run
+  fastest so and do not fight other jobs for cores); test_interventions_*.py use it.
 - ``registries`` (function): snapshot of the init-regime and intervention registries,
   restored after the test, for tests that register toy entries.
 """
@@ -90,6 +92,16 @@ def small():
     from sweep.synthetic import make_synthetic_store
 
     return make_synthetic_store(n_seeds=3, epochs=9, iv_epochs=5)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture
