@@ -13,6 +13,8 @@
   analysis tests (test_analysis_*.py); tests copy a table before changing it.
 - ``one_thread`` (module): torch on one thread for the module, restored after (tiny models run
   fastest so and do not fight other jobs for cores); test_interventions_*.py use it.
+- ``revisions`` (session): tiny random Hugging Face models saved as checkpoint revisions
+  (``extension_helpers.py``), for test_sweep_extension_revision_probe.py and _pool.py.
 - ``registries`` (function): snapshot of the init-regime and intervention registries,
   restored after the test, for tests that register toy entries.
 """
@@ -102,6 +104,28 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def revisions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[int, str]]]:
+    """Per architecture, (step, directory) of saved tiny random models with a tokenizer."""
+    import torch
+    import transformers as tf
+    from extension_helpers import CONFIGS, STEPS, tiny_tokenizer
+
+    root = tmp_path_factory.mktemp("revisions")
+    tokenizer = tiny_tokenizer()
+    out = {}
+    for kind, steps in STEPS.items():
+        out[kind] = []
+        for step in steps:
+            torch.manual_seed(step)
+            model = tf.AutoModelForCausalLM.from_config(CONFIGS[kind]())
+            folder = root / kind / f"step{step}"
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            out[kind].append((step, str(folder)))
+    return out
 
 
 @pytest.fixture
