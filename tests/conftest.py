@@ -1,5 +1,22 @@
 """Fixtures shared by the test modules (pytest finds them here; no test module imports another).
 
+Layout: one test file per module, flat, named after the module's dotted path with ``_`` for
+``.``: ``model/corpus.py`` -> ``test_model_corpus.py``, ``sweep/store/parquet.py`` ->
+``test_sweep_store_parquet.py``. A test sits in the file of the function it exercises; a
+test that drives a pipeline on Ray (sweep -> store -> browse / report) sits in the file of its
+entry module (``test_sweep_runner.py``, ``test_sweep_extension_pool.py``). A second file for
+one module carries a suffix naming what sets it apart: ``_s3`` (moto's S3 server),
+``_reference`` (bench's plain training loop). Not named after one module: ``test_plugins.py``
+(README's worked example; model/plugins.py), ``test_security.py`` (untrusted pickles across
+trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/),
+``test_cluster_yaml.py`` and ``test_ray_auth.py`` (the cluster launcher files and Ray's token
+auth). Helpers shared by several files are plain modules without the ``test_`` prefix
+(``helpers.py``, ``store_helpers.py``, ``intervention_helpers.py``, ``extension_helpers.py``,
+``sweep_helpers.py``, ``s3_server.py``, ``plugin_toy.py``).
+
+Hygiene: environment variables change only through ``monkeypatch`` or the fixtures below
+(restored after); no test asserts a wall-clock time (timing targets belong to bench/).
+
 - ``ray_env`` (module): throw-away Ray clusters on this machine: ``RAY_AUTH_MODE=disabled``
   and no ``RAY_ADDRESS``, set through ``MonkeyPatch`` so both are restored after the
   module; any Ray left running is shut down before and after. Yields the MonkeyPatch,
@@ -8,6 +25,13 @@
   for a context manager with a CPU-only head and ``n`` worker nodes, Ray connected.
 - ``s3_endpoint`` (module): moto's S3 server (``s3_server.py``) with the AWS_* environment
   pointing at it (other AWS_* cleared), restored after the module.
+- ``paper_grid``, ``paper_analysis``, ``small`` (session): synthetic stores with planted
+  structure (``sweep.synthetic``) and ``compute_all`` of the paper grid, built once for the
+  analysis tests (test_analysis_*.py); tests copy a table before changing it.
+- ``one_thread`` (module): torch on one thread for the module, restored after (tiny models run
+  fastest so and do not fight other jobs for cores); test_interventions_*.py use it.
+- ``revisions`` (session): tiny random Hugging Face models saved as checkpoint revisions
+  (``extension_helpers.py``), for test_sweep_extension_revision_probe.py and _pool.py.
 - ``registries`` (function): snapshot of the init-regime and intervention registries,
   restored after the test, for tests that register toy entries.
 """
@@ -66,6 +90,59 @@ def s3_endpoint():
         for k, v in s3_server.aws_env_vars(endpoint).items():
             mp.setenv(k, v)
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def paper_grid():
+    from sweep.synthetic import make_synthetic_store
+
+    return make_synthetic_store()
+
+
+@pytest.fixture(scope="session")
+def paper_analysis(paper_grid):
+    from analysis.compute import compute_all
+
+    return compute_all(paper_grid)
+
+
+@pytest.fixture(scope="session")
+def small():
+    from sweep.synthetic import make_synthetic_store
+
+    return make_synthetic_store(n_seeds=3, epochs=9, iv_epochs=5)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def revisions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[int, str]]]:
+    """Per architecture, (step, directory) of saved tiny random models with a tokenizer."""
+    import torch
+    import transformers as tf
+    from extension_helpers import CONFIGS, STEPS, tiny_tokenizer
+
+    root = tmp_path_factory.mktemp("revisions")
+    tokenizer = tiny_tokenizer()
+    out = {}
+    for kind, steps in STEPS.items():
+        out[kind] = []
+        for step in steps:
+            torch.manual_seed(step)
+            model = tf.AutoModelForCausalLM.from_config(CONFIGS[kind]())
+            folder = root / kind / f"step{step}"
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            out[kind].append((step, str(folder)))
+    return out
 
 
 @pytest.fixture

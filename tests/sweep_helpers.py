@@ -1,4 +1,4 @@
-"""Helpers of the sweep tests on Ray (test_sweep_ray.py, test_node_loss.py, test_plugins.py)."""
+"""Helpers of the sweep tests on Ray (test_sweep_runner.py, test_plugins.py)."""
 
 from __future__ import annotations
 

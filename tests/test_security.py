@@ -86,10 +86,3 @@ def test_probe_refuses_pickled_weights_unless_allowed(pickled_model, tmp_path) -
     allowed = ProbeSettings(str(tmp_path / "store"), n_seqs=2, seq_len=8, allow_pickle=True)
     layers = probe_revision(job, TEXT, allowed, torch.device("cpu"))
     assert len(layers) == 1 and len(layers[0]["weights_sha256"]) == 64
-
-
-def test_extension_flag_reaches_the_settings() -> None:
-    from sweep.extension import parse_args
-
-    assert not parse_args([]).allow_pickle_weights
-    assert parse_args(["--allow-pickle-weights"]).allow_pickle_weights

@@ -49,7 +49,7 @@ def s3fs(endpoint: str) -> pafs.S3FileSystem:
     return pafs.S3FileSystem(endpoint_override=endpoint, region="us-east-1")
 
 
-# --- errors: before Ray, within seconds ----------------------------------------------------
+# --- errors: before Ray ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("which", ["store", "storage"])
@@ -58,21 +58,16 @@ def test_missing_bucket_fails_before_ray(s3_endpoint, tmp_path, which):
     good, bad = f"s3://{bucket}/x", "s3://qkgeom-no-such-bucket/x"
     argv = ["--preset", "smoke", "--store", bad if which == "store" else good,
             "--storage", bad if which == "storage" else str(tmp_path / "ray")]
-    t0 = time.perf_counter()
     with pytest.raises((SystemExit, StoreError), match="qkgeom-no-such-bucket"):
         baseline.main(argv)
-    assert time.perf_counter() - t0 < 20
     assert not ray.is_initialized()
 
 
 def test_unreachable_endpoint_fails_before_ray(s3_endpoint, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed_port()}")
-    t0 = time.perf_counter()
     with pytest.raises((SystemExit, StoreError), match="s3://some-bucket/store"):
         baseline.main(["--preset", "smoke", "--store", "s3://some-bucket/store",
                        "--storage", str(tmp_path / "ray")])
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 20, f"took {elapsed:.1f} s to notice"
     assert not ray.is_initialized()
     assert not (tmp_path / "ray").exists()
 

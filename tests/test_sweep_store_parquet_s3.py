@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import socket
-import time
 
 import pandas as pd
 import pyarrow.fs as pafs
 import pytest
 import s3_server
-from test_store import fill, layer_rows
+from store_helpers import fill, layer_rows
 
 from sweep.store import Store, StoreError, compact, validate
 
@@ -60,15 +59,11 @@ def test_validate_and_compact_on_s3(s3_endpoint: str) -> None:
 
 def test_missing_bucket_is_a_store_error(s3_endpoint: str) -> None:
     store = Store("s3://no-such-bucket-qkgeom/prefix")
-    started = time.monotonic()
     with pytest.raises(StoreError, match=r"s3://no-such-bucket-qkgeom/prefix.*(?i:bucket)"):
         store.check_writable()
-    assert time.monotonic() - started < 10
 
 
 def test_unreachable_endpoint_is_a_store_error(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed_port()}")
-    started = time.monotonic()
     with pytest.raises(StoreError, match=r"not writable.*(?i:connect)"):
         Store("s3://bucket/prefix").check_writable()
-    assert time.monotonic() - started < 10

@@ -1,4 +1,4 @@
-"""sweep.report end to end: Parquet store on disk -> stats.json, tables, figures, report.md."""
+"""sweep/report/cli.py: ``python -m sweep.report`` end to end on synthetic stores (stats.json, report.md, tables, figures), and on partial stores."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 
 from sweep import report
 from sweep.report import tables
-from sweep.store.schema import SCHEMAS
-from sweep.synthetic import make_synthetic_store, write_store
+from sweep.synthetic import (
+    make_synthetic_store,
+    write_store,
+)
 
 ALL_TABLES = (
     "table3_alignment",
@@ -253,24 +255,94 @@ def test_mixed_presets_and_preset_filter(tmp_path):
     assert s2["provenance"]["sweeps"]["baseline"]["n_runs"] == 9
 
 
-def test_load_tables_reads_the_store(tmp_path):
-    tb = make_synthetic_store(n_seeds=1, depths=(4,), epochs=2, iv_epochs=2)
-    write_store(tb, tmp_path)
-    got = report.load_tables(tmp_path)
-    for t in ("layers", "epochs", "checkpoints"):
-        assert list(got[t].columns) == SCHEMAS[t].names
-        assert len(got[t]) == len(tb[t])
-    key = ["run_id", "epoch", "layer"]
-    a = got["layers"].sort_values(key).reset_index(drop=True)
-    b = tb["layers"].sort_values(key).reset_index(drop=True)
-    pd.testing.assert_series_equal(a["pr_k"], b["pr_k"])
-    empty = report.load_tables(tmp_path / "nowhere")
-    assert all(df.empty and list(df.columns) == SCHEMAS[t].names for t, df in empty.items())
+
+# ----------------------------------------------------------------------------
+# presets are never pooled
+# ----------------------------------------------------------------------------
 
 
-def test_build_report_without_figures(tmp_path):
-    # its time (<= 5 s on the paper grid) is a target of bench/reducer_scaling.py, not a test
-    tb = make_synthetic_store()
-    s = report.build_report(tb, tmp_path, figures=False)
-    assert s["outputs"]["figures"] == []
-    assert "figures.fig1_alignment" not in s["missing"]  # not drawn is not missing
+@pytest.fixture(scope="module")
+def two_presets(tmp_path_factory):
+    a = make_synthetic_store(n_seeds=2, epochs=4, iv_epochs=3, iv_seeds=(7, 37), preset="demo",
+                             checkpoints=False, rng_seed=1)
+    b = make_synthetic_store(n_seeds=3, epochs=6, depths=(4, 8), iv_epochs=3, preset="paper",
+                             checkpoints=False, rng_seed=2)
+    tb = {k: pd.concat([a[k], b[k]], ignore_index=True) for k in a}
+    root = tmp_path_factory.mktemp("store")
+    write_store(tb, root)
+    return root, tb
+
+
+def test_default_report_keeps_presets_apart(two_presets, tmp_path, capsys):
+    root, tb = two_presets
+    out = tmp_path / "out"
+    assert report.main(["--store", str(root), "--out", str(out), "--no-figures"]) == 0
+    printed = capsys.readouterr().out
+    s = json.loads((out / "stats.json").read_text())
+    assert s["presets"] == ["demo", "paper"]
+    runs = {p: tb["layers"].loc[tb["layers"]["preset"] == p] for p in s["presets"]}
+    for p, lay in runs.items():
+        one = s["by_preset"][p]
+        base = lay[lay["sweep"] == "baseline"]
+        per_init = base.groupby("init")["run_id"].nunique()
+        for init, d in one["alignment"]["final"].items():
+            assert d["n"] == per_init[init], (p, init)  # n counts this preset's runs only
+        assert one["provenance"]["presets"] == [p]
+        assert one["slopes"]["pooled"]["pr_k"]["n"] == base.groupby(["init", "depth", "layer"]).ngroups
+        iv = lay[(lay["sweep"] == "interventions") & (lay["intervention"] == "freeze_k")]
+        assert one["interventions"]["freeze_k"]["n_seeds"] == iv["run_id"].nunique()
+        card = [r for r in s["scorecard"] if r["preset"] == p]
+        assert card and {r["n"] for r in card if r["section"] == "alignment" and r["n"]} == {
+            base["seed"].nunique()}
+        assert (out / "presets" / p / "stats.json").exists()
+        assert f"reproduction scorecard, preset {p}" in printed
+    md = (out / "report.md").read_text()
+    assert md.index("## Reproduction scorecard — preset `demo`") < md.index("## Preset `demo`")
+    assert "## Preset `paper`" in md and "presets/paper/tables/" in md
+    assert "demo preset: lr 1e-3" in md  # the registry's note of the demo preset
+
+
+def test_absent_preset_is_a_clear_error(two_presets, tmp_path, capsys):
+    root, _ = two_presets
+    with pytest.raises(SystemExit) as exit_:  # sweep.cli.CliExit: one line, exit status 2
+        report.main(["--store", str(root), "--out", str(tmp_path / "o"), "--no-figures",
+                     "--preset", "nosuch"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2
+    assert len(err) == 1 and "nosuch" in err[0] and "demo, paper" in err[0]
+    assert not (tmp_path / "o" / "stats.json").exists()
+
+
+def test_one_preset_is_reported_alone(two_presets, tmp_path):
+    root, tb = two_presets
+    out = tmp_path / "o"
+    assert report.main(["--store", str(root), "--out", str(out), "--no-figures", "--preset", "demo"]) == 0
+    s = json.loads((out / "stats.json").read_text())
+    assert s["presets"] == ["demo"] and {r["preset"] for r in s["scorecard"]} == {"demo"}
+    assert s["provenance"]["sweeps"]["baseline"]["n_runs"] == 18  # 3 inits x 3 depths x 2 seeds
+
+
+# ----------------------------------------------------------------------------
+# nothing skipped silently
+# ----------------------------------------------------------------------------
+
+
+def test_truncated_file_is_listed_and_marks_its_sections(tmp_path, capsys):
+    tb = make_synthetic_store(n_seeds=2, epochs=4, iv_epochs=3, checkpoints=False)
+    root = tmp_path / "store"
+    write_store(tb, root)
+    victim = sorted((root / "layers").glob("baseline.*/epoch-0000.parquet"))[0]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    out = tmp_path / "out"
+    with pytest.warns(UserWarning, match="unreadable"):
+        assert report.main(["--store", str(root), "--out", str(out), "--no-figures"]) == 0
+    s = json.loads((out / "stats.json").read_text())
+    assert [Path(f["path"]).resolve() for f in s["skipped_files"]] == [victim.resolve()]
+    f = s["skipped_files"][0]
+    assert f["table"] == "layers" and f["sweep"] == "baseline" and f["preset"] == "paper"
+    md = (out / "report.md").read_text()
+    assert "## Skipped store files" in md and str(victim.name) in md and victim.parent.name in md
+    marked = {r["section"] for r in s["scorecard"] if r["skipped_files"]}
+    assert marked == {"alignment", "slopes", "layer_categories", "bridge"}
+    assert "unreadable store file(s) skipped" in capsys.readouterr().out

@@ -330,3 +330,28 @@ def test_stdlib_docs_text_size_and_content(stdlib_texts: tuple[str, str]) -> Non
     assert 80 <= len(set(text)) <= 200  # ~107 symbols
     assert "JSON (JavaScript Object Notation)" in text  # json's module docstring
     assert "\n\n" in text
+
+
+STEPS, BATCH, LR, SEED, MODEL_SEED = 6, 8, 3e-3, 11, 5
+
+
+def test_batch_sampler_windows_equal_numpy_slicing() -> None:
+    data = tiny_corpus().train
+    sampler = BatchSampler(data, BATCH, CONTEXT, seed=SEED)
+    gen = torch.Generator().manual_seed(SEED)  # the sampler's own stream, replayed
+    for _ in range(4):
+        x, y = sampler.next()
+        starts = torch.randint(len(data) - CONTEXT, (BATCH,), generator=gen).numpy()
+        windows = np.stack([np.asarray(data[s:s + CONTEXT + 1], dtype=np.int64) for s in starts])
+        assert x.dtype == torch.int64 and tuple(x.shape) == (BATCH, CONTEXT)
+        np.testing.assert_array_equal(x.numpy(), windows[:, :-1])
+        np.testing.assert_array_equal(y.numpy(), windows[:, 1:])
+
+
+def test_fixed_windows_equal_numpy_slicing() -> None:
+    data = tiny_corpus().val
+    x, y = fixed_windows(data, 5, CONTEXT, seed=3)
+    starts = torch.randint(len(data) - CONTEXT, (5,), generator=torch.Generator().manual_seed(3)).numpy()
+    windows = np.stack([np.asarray(data[s:s + CONTEXT + 1], dtype=np.int64) for s in starts])
+    np.testing.assert_array_equal(x.numpy(), windows[:, :-1])
+    np.testing.assert_array_equal(y.numpy(), windows[:, 1:])

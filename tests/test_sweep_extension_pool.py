@@ -1,94 +1,29 @@
-"""sweep.extension on a throw-away Ray cluster, with tiny local models standing in for revisions."""
+"""sweep/extension/pool.py (and ``python -m sweep.extension`` driving it) on a throw-away Ray cluster, with tiny local models standing in for revisions."""
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # our own throw-away cluster only
-
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import ray
-import torch
-import transformers as tf
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from extension_helpers import N_SEQS, SEQ_LEN, STEPS, TEXT, manifest_for
 
-from sweep.extension import Pool, main, parse_args, run_extension, summarize
+from sweep.extension import Pool, main, run_extension, summarize
 from sweep.extension.checkpoint_series import load_manifest, parse_manifest
 from sweep.extension.revision_probe import (
     Job,
     ProbeSettings,
-    RevisionError,
-    fetch_revision,
     jobs_from_manifest,
-    probe_windows,
 )
 from sweep.store import Store
 from sweep.store.schema import CHECKPOINT_METRICS, CHECKPOINTS, SCHEMA_VERSION
 
 pytestmark = pytest.mark.ray
 
-TEXT = " ".join(
-    f"the {w} of module {i} returns a list of {v} values and raises an error when empty."
-    for i, (w, v) in enumerate(zip(["name", "path", "size", "value"] * 20, ["int", "str", "float", "bytes"] * 20, strict=True))
-)
-N_SEQS, SEQ_LEN = 2, 16
-SMALL = dict(vocab_size=100, max_position_embeddings=64, bos_token_id=0, eos_token_id=0)
-CONFIGS = {
-    "gpt2": lambda: tf.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                  scale_attn_by_inverse_layer_idx=True, bos_token_id=0, eos_token_id=0),
-    "gpt_neox": lambda: tf.GPTNeoXConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                         intermediate_size=64, **SMALL),
-    "llama": lambda: tf.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                    num_key_value_heads=2, intermediate_size=64, **SMALL),
-    "olmo": lambda: tf.OlmoConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=64, pad_token_id=1, **SMALL),
-}
-STEPS = {"gpt2": [0, 100, 1000], "gpt_neox": [0, 1000], "llama": [0, 1000], "olmo": [0, 1000]}
-
-
-def tiny_tokenizer() -> tf.PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator([TEXT], trainers.BpeTrainer(vocab_size=100, special_tokens=["[UNK]"]))
-    return tf.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
-
 
 @pytest.fixture(scope="module")
-def revisions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[int, str]]]:
-    """Per architecture, (step, directory) of saved tiny random models with a tokenizer."""
-    root = tmp_path_factory.mktemp("revisions")
-    tokenizer = tiny_tokenizer()
-    out = {}
-    for kind, steps in STEPS.items():
-        out[kind] = []
-        for step in steps:
-            torch.manual_seed(step)
-            model = tf.AutoModelForCausalLM.from_config(CONFIGS[kind]())
-            folder = root / kind / f"step{step}"
-            model.save_pretrained(folder)
-            tokenizer.save_pretrained(folder)
-            out[kind].append((step, str(folder)))
-    return out
-
-
-def manifest_for(revisions: dict[str, list[tuple[int, str]]], kinds=None, prefix: str = "tiny") -> dict:
-    """Series ``{prefix}-{kind}``: tests share one store and keep apart by series name."""
-    return {
-        "series": [
-            {"name": f"{prefix}-{kind}", "revisions": [
-                {"revision": f"local-step{step}", "path": path, "tokens": step * 1024}
-                for step, path in revisions[kind]]}
-            for kind in kinds or revisions
-        ]
-    }
-
-
-@pytest.fixture(scope="module")
-def cluster():
+def cluster(ray_env):  # ray_env (tests/conftest.py): RAY_AUTH_MODE=disabled for this module only
     # Logical CPUs: the module's 2-actor pool plus one more one-actor pool must fit at once.
     ray.init(num_cpus=3, num_gpus=0, include_dashboard=False, log_to_driver=False)
     yield
@@ -114,68 +49,6 @@ def pool(cluster, store):
 def rows(store: Path, prefix: str):
     df = Store(str(store)).read("checkpoints")
     return df[df["series"].str.startswith(prefix + "-")].reset_index(drop=True)
-
-
-def test_probe_windows_fixed_shape_and_positions() -> None:
-    tok = tiny_tokenizer()
-    ids = probe_windows(tok, TEXT, 3, SEQ_LEN)
-    assert ids.shape == (3, SEQ_LEN) and ids.dtype == torch.long
-    assert torch.equal(ids, probe_windows(tok, TEXT, 3, SEQ_LEN))  # the same text every time
-    assert ids[0].tolist() == tok(TEXT[:200], add_special_tokens=False)["input_ids"][:SEQ_LEN]
-    with pytest.raises(ValueError, match="too short"):
-        probe_windows(tok, TEXT[:50], 2, SEQ_LEN)
-
-
-def test_progress_is_scaled_within_each_series(revisions) -> None:
-    jobs = jobs_from_manifest(parse_manifest(manifest_for(revisions, ["gpt2"])))
-    assert [(j.step, j.tokens, j.progress) for j in jobs] == [
-        (0, 0, 0.0), (100, 102400, 0.1), (1000, 1024000, 1.0)]
-    no_tokens = parse_manifest({"series": [{"name": "s", "revisions": [
-        {"revision": "step-10", "repo": "a/b"}, {"revision": "step-40", "repo": "a/b"}]}]})
-    assert [j.progress for j in jobs_from_manifest(no_tokens)] == [0.25, 1.0]
-    endpoint = parse_manifest({"series": [{"name": "o", "revisions": [{"revision": "main", "repo": "a/b"}]}]})
-    assert jobs_from_manifest(endpoint)[0].progress == 1.0
-
-
-def test_fetch_revision_files_and_errors(monkeypatch) -> None:
-    import huggingface_hub
-    from huggingface_hub.errors import RevisionNotFoundError
-
-    calls = []
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files",
-                        lambda self, repo, revision: ["config.json", "model.safetensors", "pytorch_model.bin"])
-    monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        lambda repo, **kw: calls.append((repo, kw)) or "/cache/snap")
-    assert fetch_revision("a/b", "step1", "/cache") == "/cache/snap"
-    repo, kw = calls[0]
-    assert (repo, kw["revision"], kw["cache_dir"]) == ("a/b", "step1", "/cache")
-    assert "*.safetensors" in kw["allow_patterns"] and "*.bin" not in kw["allow_patterns"]
-
-    def missing(self, repo, revision):
-        raise RevisionNotFoundError("404", response=SimpleNamespace(headers={}, request=None))
-
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", missing)
-    with pytest.raises(RevisionError, match="revision 'step9' does not exist in a/b"):
-        fetch_revision("a/b", "step9", None)
-
-    tries = []
-    def flaky(self, repo, revision):
-        tries.append(1)
-        raise ConnectionError("reset")
-
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", flaky)
-    monkeypatch.setattr("sweep.extension.revision_probe.time.sleep", lambda s: None)
-    with pytest.raises(RevisionError, match="after 3 tries: reset"):
-        fetch_revision("a/b", "step1", None, retries=3)
-    assert len(tries) == 3
-
-
-def test_cli_arguments() -> None:
-    args = parse_args(["--series", "pythia-70m", "olmo-1b", "--revisions", "3", "--force"])
-    assert args.series == ["pythia-70m", "olmo-1b"] and args.revisions == 3 and args.force
-    assert args.store == "runs/store" and args.n_seqs == 16 and args.seq_len == 128
-    with pytest.raises(SystemExit):
-        parse_args(["--series", "no-such-series"])
 
 
 def _check_rows(store: Path, revisions, kinds, prefix: str) -> None:

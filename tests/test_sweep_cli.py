@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -131,17 +130,14 @@ def no_ray(monkeypatch):
 @pytest.mark.parametrize(("module", "argv", "needle"), CASES)
 def test_bad_input_is_one_line_and_exit_2(no_ray, files, capsys, module, argv, needle) -> None:
     tmp = files["tmp"]
-    t0 = time.perf_counter()
     with pytest.raises(SystemExit) as exc:
         MODULES[module].main(_fill(argv, tmp))
-    seconds = time.perf_counter() - t0
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert exc.value.code == 2, err
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith(f"python -m {module}: "), lines[0]
     assert needle.replace("{tmp}", tmp) in lines[0], lines[0]
-    assert seconds < 15, f"{seconds:.1f} s"
     for made in ("store", "ray", "series", "out"):
         assert not (Path(tmp) / made).exists(), f"{made} created for a bad input"
 
