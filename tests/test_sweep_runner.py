@@ -195,7 +195,10 @@ def test_injected_failure_is_retried_from_checkpoint(failed_once):
     (history,) = analysis.trial_dataframes.values()
     # Epoch 1 was stored but never reported (the kill came before its checkpoint); the retry
     # restored the epoch-0 checkpoint and reported epochs 1..3 once each: no epoch twice.
-    assert history["epoch"].tolist() == [0, 1, 2, 3]
+    # Epoch 0's row may be missing: on a retry Tune replaces progress.csv with the copy its
+    # storage got with the epoch-0 checkpoint (CSVLoggerCallback._restore_from_remote), and
+    # whether the driver had written that row before the copy is a race inside Tune.
+    assert history["epoch"].tolist() in ([0, 1, 2, 3], [1, 2, 3])
     assert history["iterations_since_restore"].iloc[-1] == 3  # resumed, not restarted from scratch
 
 
