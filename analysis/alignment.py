@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import vocabulary as vocab
-from analysis.frames import _epoch_range, baseline, final_rows, ordered_inits, run_layer_means
-from analysis.primitives import Section, _num, describe, hedges_g, welch
+from analysis.frames import baseline, epoch_range, final_rows, ordered_inits, run_layer_means
+from analysis.primitives import Section, describe, hedges_g, num, welch
 
 
 def alignment_section(layers: pd.DataFrame) -> Section:
@@ -24,8 +24,8 @@ def alignment_section(layers: pd.DataFrame) -> Section:
     for name, frame in (("initial", init_rows), ("final", fin_rows)):
         for init in ordered_inits(frame["init"]):
             out[name][init] = describe(frame.loc[frame["init"] == init, "qk_alignment"])
-    out["initial_epoch"] = _epoch_range(init_rows)
-    out["final_epoch"] = _epoch_range(fin_rows)
+    out["initial_epoch"] = epoch_range(init_rows)
+    out["final_epoch"] = epoch_range(fin_rows)
 
     cpl, uncpl = vocab.coupled_inits(), vocab.uncoupled_inits()
     coupled = fin_rows.loc[fin_rows["init"].isin(cpl), "qk_alignment"].to_numpy(float)
@@ -50,10 +50,10 @@ def alignment_section(layers: pd.DataFrame) -> Section:
         unc_means = [m[i] for i in uncpl if i in m.index and np.isfinite(m[i])]
         cpl_means = [m[i] for i in cpl if i in m.index]
         if cpl_means and unc_means:
-            gaps[str(int(depth))] = _num(max(cpl_means) - max(unc_means))
+            gaps[str(int(depth))] = num(max(cpl_means) - max(unc_means))
     out["gap_by_depth"] = gaps
     out["final_by_depth"] = {
-        str(int(d)): {i: _num(v) for i, v in by_depth_mean.loc[d].items()}
+        str(int(d)): {i: num(v) for i, v in by_depth_mean.loc[d].items()}
         for d in sorted(fin_rows["depth"].unique())
     }
     if not gaps:
@@ -84,5 +84,5 @@ def final_alignment_by_head(base: pd.DataFrame) -> dict[str, list[float | None]]
         arr = np.array([np.asarray(v, float) for v in vals])  # (rows, n_head)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN head
-            out[init] = [_num(x) for x in np.nanmean(arr, axis=0)]
+            out[init] = [num(x) for x in np.nanmean(arr, axis=0)]
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.frames import baseline, final_rows, layer_category
-from analysis.primitives import Section, _num
+from analysis.primitives import Section, num
 
 CATEGORY_METRICS: tuple[str, ...] = ("attn_entropy", "attn_top1", "qk_erank", "pr_q")
 CATEGORIES: tuple[str, ...] = ("early", "mid", "late")
@@ -26,7 +26,7 @@ def layer_categories_section(layers: pd.DataFrame) -> Section:
     overall = {}
     for c in CATEGORIES:
         if c in means.index:
-            overall[c] = {m: _num(means.loc[c, m]) for m in CATEGORY_METRICS}
+            overall[c] = {m: num(means.loc[c, m]) for m in CATEGORY_METRICS}
             overall[c]["n"] = int(counts.loc[c])
     gd = fin.groupby(["depth", "category"])[list(CATEGORY_METRICS)]
     dmeans, dcounts = gd.mean(), gd.size()
@@ -35,7 +35,7 @@ def layer_categories_section(layers: pd.DataFrame) -> Section:
         entry: dict = {"k": int(round(int(d) / 3))}
         for c in CATEGORIES:
             if (d, c) in dmeans.index:
-                entry[c] = {m: _num(dmeans.loc[(d, c), m]) for m in CATEGORY_METRICS}
+                entry[c] = {m: num(dmeans.loc[(d, c), m]) for m in CATEGORY_METRICS}
                 entry[c]["n"] = int(dcounts.loc[(d, c)])
         by_depth[str(int(d))] = entry
     missing = {}

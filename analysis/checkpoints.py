@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.frames import group_slopes
-from analysis.primitives import Section, _num, pearson
+from analysis.primitives import Section, num, pearson
 
 
 def checkpoint_revision_means(checkpoints: pd.DataFrame) -> pd.DataFrame:
@@ -61,7 +61,7 @@ def checkpoints_section(checkpoints: pd.DataFrame) -> Section:
     series: dict = {}
     for name, sub in ck.groupby("series", sort=True):
         n_rev = int(sub["revision"].nunique())
-        slope = _num(sl.loc[name, "pr_q_minus_pr_k_slope"]) if n_rev >= 3 else None
+        slope = num(sl.loc[name, "pr_q_minus_pr_k_slope"]) if n_rev >= 3 else None
         r1 = pearson(sub["pr_k"], sub["qk_erank"])
         r2 = pearson(sub["qk_erank"], sub["attn_entropy"])
         link = None

@@ -170,7 +170,7 @@ def ordered_inits(values: Iterable[str]) -> list[str]:
     return [i for i in known if i in present] + sorted(present - set(known))
 
 
-def _epoch_range(frame: pd.DataFrame) -> dict:
+def epoch_range(frame: pd.DataFrame) -> dict:
     if frame.empty:
         return {"min": None, "max": None}
     e = frame["epoch"].astype(int)

@@ -13,7 +13,7 @@ from analysis.frames import (
     ordered_inits,
     run_layer_means,
 )
-from analysis.primitives import Section, _num, describe
+from analysis.primitives import Section, describe, num
 
 #: Table 5 metrics; the first four are final layer-means from ``layers``, val_loss from ``epochs``.
 INTERVENTION_LAYER_METRICS: tuple[str, ...] = ("attn_entropy", "logit_std", "qk_erank", "pr_k")
@@ -88,10 +88,10 @@ def _condition_stats(runs: pd.DataFrame, pairs: pd.DataFrame, cond: str) -> dict
         d = p[f"d_{mtr}"].to_numpy(float)
         fin = np.isfinite(d)
         h = (np.sign(d) == sign) & fin
-        holds[mtr] = _num(h[fin].mean()) if fin.any() else None
+        holds[mtr] = num(h[fin].mean()) if fin.any() else None
         finite_all &= fin
         all_hold &= h
-    entry["confidence"] = _num(all_hold[finite_all].mean()) if finite_all.any() else None
+    entry["confidence"] = num(all_hold[finite_all].mean()) if finite_all.any() else None
     entry["confidence_by_metric"] = holds
     entry["n_confidence"] = int(finite_all.sum())
     return entry

@@ -12,7 +12,7 @@ import pandas as pd
 from scipy import stats as sps
 
 
-def _num(x) -> float | None:
+def num(x) -> float | None:
     """A finite float, or None."""
     if x is None:
         return None
@@ -36,7 +36,7 @@ def to_jsonable(obj):
     if isinstance(obj, (int, np.integer)):
         return int(obj)
     if isinstance(obj, (float, np.floating)):
-        return _num(obj)
+        return num(obj)
     if obj is None or isinstance(obj, str):
         return obj
     if obj is pd.NA or obj is pd.NaT:
@@ -52,8 +52,8 @@ def describe(values: Iterable[float]) -> dict:
     v = v[np.isfinite(v)]
     n = int(v.size)
     return {
-        "mean": _num(v.mean()) if n else None,
-        "sd": _num(v.std(ddof=1)) if n >= 2 else None,
+        "mean": num(v.mean()) if n else None,
+        "sd": num(v.std(ddof=1)) if n >= 2 else None,
         "n": n,
     }
 
@@ -71,7 +71,7 @@ def hedges_g(a: Sequence[float], b: Sequence[float]) -> float | None:
         return None
     d = (a.mean() - b.mean()) / sp
     j = 1.0 - 3.0 / (4.0 * (n1 + n2) - 9.0)
-    return _num(d * j)
+    return num(d * j)
 
 
 def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None]:
@@ -84,7 +84,7 @@ def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float |
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # near-identical samples
         res = sps.ttest_ind(a, b, equal_var=False)
-    return _num(res.statistic), _num(res.pvalue)
+    return num(res.statistic), num(res.pvalue)
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> dict:
@@ -104,10 +104,10 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scipy's near-constant-input warnings
         res = sps.pearsonr(xs, ys)
-    return {"r": _num(res.statistic), "p": _num(res.pvalue), "n": n}
+    return {"r": num(res.statistic), "p": num(res.pvalue), "n": n}
 
 
-def _count_desc(v: np.ndarray) -> dict:
+def count_desc(v: np.ndarray) -> dict:
     """``{mean, sd, n, positive, negative}`` of finite slopes."""
     v = np.asarray(v, float)
     v = v[np.isfinite(v)]

@@ -108,7 +108,7 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
     return rows
 
 
-def _num(v: float | None, fmt: str = ".3g") -> str:
+def num(v: float | None, fmt: str = ".3g") -> str:
     return "—" if v is None else format(v, fmt)
 
 
@@ -120,9 +120,9 @@ def render_markdown(rows: list[dict], paper_scale: bool) -> list[str]:
     head.append("note")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        val = _num(r["value"])
+        val = num(r["value"])
         if r["ci_low"] is not None:
-            val += f" [{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
+            val += f" [{num(r['ci_low'])}, {num(r['ci_high'])}]"
         verdict_txt = f"**{r['verdict']}**" + (" ⚠" if r["skipped_files"] else "")
         cells = [r["claim"], r["paper"], val, f"{r['n']} {r['unit']}" if r["n"] else "—", r["expected"], verdict_txt]
         if paper_scale:
@@ -143,9 +143,9 @@ def render_text(rows: list[dict]) -> list[str]:
     """A compact plain-text scorecard for the terminal (one line per claim)."""
     out = []
     for r in rows:
-        val = _num(r["value"])
+        val = num(r["value"])
         if r["ci_low"] is not None:
-            val += f" [{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
+            val += f" [{num(r['ci_low'])}, {num(r['ci_high'])}]"
         flag = " (unreadable store files)" if r["skipped_files"] else ""
         extra = f" — {r['reason']}" if r["verdict"] == "not measured" and r["reason"] else ""
         out.append(f"{r['verdict']:<15} {r['claim']}: paper {r['paper']}; here {val}{flag}{extra}")

@@ -9,7 +9,7 @@ import pandas as pd
 
 from analysis import vocabulary as vocab
 from analysis.frames import RUN_ID_COLS, baseline, group_slopes, seed_averaged_traces
-from analysis.primitives import Section, _count_desc
+from analysis.primitives import Section, count_desc
 
 SLOPE_METRICS: tuple[str, ...] = ("pr_q", "pr_k", "pr_q_minus_pr_k")
 
@@ -38,7 +38,7 @@ def _slope_groups(slopes: pd.DataFrame, metrics: Sequence[str]) -> tuple[dict, d
     for group, members in groups.items():
         sub = slopes[slopes["init"].isin(members)] if not slopes.empty else slopes
         out[group] = {
-            m: _count_desc(sub[f"{m}_slope"].to_numpy(float) if not sub.empty else np.array([]))
+            m: count_desc(sub[f"{m}_slope"].to_numpy(float) if not sub.empty else np.array([]))
             for m in metrics
         }
         if all(out[group][m]["n"] == 0 for m in metrics):

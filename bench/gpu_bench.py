@@ -8,7 +8,7 @@
 Parts (paper size: d_model 256, 4 heads, d_mlp 1024, context 128, batch 64,
 synthetic corpus of 1758 symbols; no downloads):
 
-- ``train_step``: ``Trainer._train_epoch`` vs the plain reference loop (bf16 autocast, eager);
+- ``train_step``: ``Trainer.train_epoch`` vs the plain reference loop (bf16 autocast, eager);
 - ``eager_vs_compile``: tokens/s of the Trainer eager vs ``compile=True`` (bf16; the first,
   compiling call is timed separately);
 - ``fp32_vs_bf16``: tokens/s with ``amp="off"`` (fp32 weights, TF32 matmuls: the Trainer turns
@@ -121,8 +121,8 @@ def _pair(ctx: Ctx, depth: int, variants: dict[str, dict[str, Any]]) -> dict[str
     mcfg = model_config(size, depth, corpus.vocab_size)
     trainers = {name: make_trainer(mcfg, corpus, "independent_xavier", 37, 37, size.batch, size.lr,
                                    ctx.steps, ctx.device, **kw) for name, kw in variants.items()}
-    first = {name: time_once(t._train_epoch, ctx.device) for name, t in trainers.items()}
-    times = alternate({name: t._train_epoch for name, t in trainers.items()}, rounds=ctx.rounds,
+    first = {name: time_once(t.train_epoch, ctx.device) for name, t in trainers.items()}
+    times = alternate({name: t.train_epoch for name, t in trainers.items()}, rounds=ctx.rounds,
                       warmup=0, device=ctx.device)
     tokens = ctx.steps * size.batch * size.context
     out: dict[str, Any] = {"depth": depth, "steps_per_round": ctx.steps, "rounds": ctx.rounds,
@@ -167,13 +167,13 @@ def _trial_task(size_name: str, depth: int, chunk: int, duration: float, barrier
     corpus = bench_corpus(size.corpus)
     trainer = make_trainer(model_config(size, depth, corpus.vocab_size), corpus, "independent_xavier",
                            37, 37, size.batch, size.lr, chunk, device, amp="auto")
-    trainer._train_epoch()  # warm-up (allocator, kernels)
+    trainer.train_epoch()  # warm-up (allocator, kernels)
     sync(device)
     ray.get(barrier.wait.remote())
     t0 = time.perf_counter()
     steps = 0
     while time.perf_counter() - t0 < duration:
-        trainer._train_epoch()  # ends with .item(): synchronised
+        trainer.train_epoch()  # ends with .item(): synchronised
         steps += chunk
     elapsed = time.perf_counter() - t0
     tokens = steps * size.batch * size.context

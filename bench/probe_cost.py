@@ -4,7 +4,7 @@
 
 At the paper size (d_model 256, 4 heads, d_mlp 1024, context 128, vocabulary
 1758) a Trainer is built and, in one process, alternated: one training step
-(``Trainer._train_epoch()`` with ``steps_per_epoch=1``, batch 64 × 128;
+(``Trainer.train_epoch()`` with ``steps_per_epoch=1``, batch 64 × 128;
 on a GPU a round of several steps, divided) and
 one ``probe_layers(model, probe_x)`` on the Trainer's own probe batch
 (16 × 128 validation windows). The figure is median(probe) / median(step)
@@ -40,7 +40,7 @@ def measure(size_name: str, depth: int, rounds: int, device: str = "cpu", eval_b
     trainer.val_x, trainer.val_y = (t.to(trainer.device) for t in fixed_windows(
         corpus.val, eval_batches * size.batch, size.context, VAL_SEED))
     sink: list[Any] = []
-    times = alternate({"step": lambda: sink.append(trainer._train_epoch()),
+    times = alternate({"step": lambda: sink.append(trainer.train_epoch()),
                        "probe": lambda: sink.append(probe_layers(trainer.model, trainer.probe_x)),
                        "val_loss": lambda: sink.append(trainer.val_loss())},
                       rounds=rounds, warmup=1, device=device)

@@ -2,7 +2,7 @@
 
     python -m bench.train_step [--sizes demo,paper] [--depths 4,8] [--rounds 5] [--threads 1] [--quick|--tiny]
 
-A = ``Trainer._train_epoch()`` called directly on Trainers whose
+A = ``Trainer.train_epoch()`` called directly on Trainers whose
 ``steps_per_epoch`` is the number of steps per timed round: exactly the
 loop a sweep trial runs (sampler draw, autocast context, intervention hooks
 (``none``), backward, per-layer q/k gradient norms, clip, optimiser step,
@@ -165,7 +165,7 @@ def measure(size: Size, depth: int, steps: int, rounds: int, device: str = "cpu"
                                amp=amp)
         ref = ReferenceLoop(mcfg, corpus, "independent_xavier", 37, 37, size.batch, size.lr, device,
                             trainer.amp_dtype)
-        fns[f"trainer{i}"] = lambda t=trainer: sink.append(t._train_epoch())
+        fns[f"trainer{i}"] = lambda t=trainer: sink.append(t.train_epoch())
         fns[f"reference{i}"] = lambda r=ref: sink.append(r.run(steps).item())
     cpu: dict[str, list[float]] = {}
     times = alternate(fns, rounds=rounds, warmup=1, device=device, cpu_times=cpu)
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         depths, args.demo_steps, args.rounds, args.paper_steps, args.paper_rounds = [4], 4, 6, 1, 2
     if args.tiny:
         sizes, depths, args.rounds = ["tiny"], [2], 2
-    print(f"bench.train_step: Trainer._train_epoch vs a plain loop, {threads} thread(s), "
+    print(f"bench.train_step: Trainer.train_epoch vs a plain loop, {threads} thread(s), "
           f"device {args.device}", flush=True)
     results = []
     for name in sizes:

@@ -216,7 +216,7 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------
 
-    def _train_epoch(self) -> tuple[float, float, Tensor] | None:
+    def train_epoch(self) -> tuple[float, float, Tensor] | None:
         """One epoch of steps; returns (mean loss, mean pre-clip grad norm, [L, 2] mean q/k grad
         norms), or None when the loss turned non-finite."""
         model, opt = self.model, self.optimizer
@@ -258,7 +258,7 @@ class Trainer:
             on_epoch(self._report(None, None, None, None))
         while self.epoch < self.cfg.epochs and self.status == "running":
             t0 = time.perf_counter()
-            result = self._train_epoch()
+            result = self.train_epoch()
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.primitives import _count_desc, hedges_g, pearson, welch
+from analysis.primitives import count_desc, hedges_g, pearson, welch
 
 
 def test_hedges_g_hand_values():
@@ -28,6 +28,6 @@ def test_pearson_degenerate_inputs():
 
 
 def test_slope_counts_treat_zero_as_neither():
-    d = _count_desc(np.array([0.5, 0.0, -0.25, np.nan]))
+    d = count_desc(np.array([0.5, 0.0, -0.25, np.nan]))
     assert (d["positive"], d["negative"], d["n"]) == (1, 1, 3)
     assert d["mean"] == pytest.approx(0.25 / 3)

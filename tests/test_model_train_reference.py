@@ -1,4 +1,4 @@
-"""model/train.py's fast path changes no result (CPU): ``Trainer._train_epoch`` (on-device batches,
+"""model/train.py's fast path changes no result (CPU): ``Trainer.train_epoch`` (on-device batches,
 q/k grad-norm bookkeeping, scaler, hooks) gives the same losses and weights as the plain
 reference loop of ``bench.train_step`` on the same model and batches.
 
@@ -31,7 +31,7 @@ def _reference(qk_init: str = "independent_xavier") -> ReferenceLoop:
 @pytest.mark.parametrize("qk_init", ["independent_xavier", "qk_identical"])
 def test_trainer_losses_and_weights_equal_the_plain_loop(qk_init: str) -> None:
     trainer, ref = _trainer(1, qk_init), _reference(qk_init)
-    ours = [trainer._train_epoch()[0] for _ in range(STEPS)]  # one step per call: its own loss
+    ours = [trainer.train_epoch()[0] for _ in range(STEPS)]  # one step per call: its own loss
     theirs = [ref.step().item() for _ in range(STEPS)]
     assert ours == pytest.approx(theirs, rel=1e-6, abs=1e-7)
     assert theirs[-1] < theirs[0]  # it trains
@@ -41,7 +41,7 @@ def test_trainer_losses_and_weights_equal_the_plain_loop(qk_init: str) -> None:
 
 def test_one_epoch_mean_loss_and_grad_norms() -> None:
     trainer, ref = _trainer(STEPS), _reference()
-    loss, grad_norm, qk = trainer._train_epoch()
+    loss, grad_norm, qk = trainer.train_epoch()
     losses, norms, qk_norms = [], [], []
     for _ in range(STEPS):  # the reference step, spelled out to read the norms
         x, y = ref.sampler.next()

@@ -184,7 +184,7 @@ def render_markdown(
             "",
         ]
         lines += [
-            f"- {q}: {tb._fmt(p)}" for q, p in zip(ref["quantity"], ref["paper"], strict=True)
+            f"- {q}: {tb.fmt(p)}" for q, p in zip(ref["quantity"], ref["paper"], strict=True)
         ]
         lines.append("")
 

@@ -336,7 +336,7 @@ def build_tables(stats: dict) -> dict[str, pd.DataFrame]:
 # ----------------------------------------------------------------------------
 
 
-def _fmt(v) -> str:
+def fmt(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "--"
     if isinstance(v, bool):
@@ -348,7 +348,7 @@ def _fmt(v) -> str:
 
 def to_markdown(df: pd.DataFrame) -> str:
     """A GitHub pipe table with four significant digits and ``–`` for missing values."""
-    shown = df.astype(object).map(_fmt)
+    shown = df.astype(object).map(fmt)
     return shown.to_markdown(index=False, disable_numparse=True)
 
 
@@ -357,7 +357,7 @@ def to_latex(df: pd.DataFrame, caption: str | None = None) -> str:
     styler = (
         df.astype(object)
         .style.hide(axis="index")
-        .format(formatter=_fmt, escape="latex")
+        .format(formatter=fmt, escape="latex")
         .format_index(escape="latex", axis=1)
     )
     return styler.to_latex(hrules=True, caption=caption, column_format="l" * len(df.columns))
