@@ -92,7 +92,8 @@ def test_interventions_paper_is_the_study():
 
 # Per optimiser step on one core of the 2-core machine at the demo width (LOG.md, 2026-12-03:
 # 27 / 48 / 70 / 92 ms for 1 / 2 / 3 / 4 layers), the probe + validation of one epoch, and what
-# Tune adds to a trial (measured in the demo: its total time over the Trainer's wall time, 1.12).
+# Tune adds to a trial (measured in the demo: the sweeps' wall time × 2 cores over this model's
+# cost, 1.12 when every trial started a fresh actor, 1.08 since Tune reuses them; kept at 1.12).
 STEP_S = lambda depth: 0.005 + 0.0217 * depth  # noqa: E731
 EPOCH_PROBE_S = 0.2
 TUNE_OVERHEAD = 1.12
