@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import np_effective_rank
 
 from metrics.attention import attention_stats, causal_mask, causal_scores
-from tests.helpers import np_effective_rank
 
 
 def rng(seed: int = 0) -> np.random.Generator:

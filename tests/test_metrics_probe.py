@@ -7,17 +7,17 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from metrics.probe import probe_layers
-from model.corpus import probe_batch
-from sweep.store.schema import LAYER_METRICS
-from tests.helpers import (
+from helpers import (
     CONTEXT,
     np_effective_rank,
     np_participation_ratio,
     tiny_corpus,
     tiny_model,
 )
+
+from metrics.probe import probe_layers
+from model.corpus import probe_batch
+from sweep.store.schema import LAYER_METRICS
 
 
 def tokens() -> torch.Tensor:

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import np_effective_rank, np_participation_ratio
 
 from metrics.spectra import effective_rank, participation_ratio, qk_alignment, qk_alignment_per_head
-from tests.helpers import np_effective_rank, np_participation_ratio
 
 
 def rng(seed: int = 0) -> np.random.Generator:

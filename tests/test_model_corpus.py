@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import CONTEXT, tiny_corpus, tiny_model_cfg, tiny_train_cfg
 
 import model.corpus as corpus_mod
 from model.corpus import (
@@ -21,7 +22,6 @@ from model.corpus import (
     stdlib_docs_text,
 )
 from model.train import Trainer
-from tests.helpers import CONTEXT, tiny_corpus, tiny_model_cfg, tiny_train_cfg
 
 LIMIT = 10_000  # stands in for the 40M-character WikiText limit
 

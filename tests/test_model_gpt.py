@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
+from helpers import CONTEXT, random_tokens, tiny_model, tiny_model_cfg
 
 from model.gpt import GPT, GPTConfig
-from tests.helpers import CONTEXT, random_tokens, tiny_model, tiny_model_cfg
 
 
 def sharpened_model() -> GPT:

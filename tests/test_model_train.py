@@ -8,10 +8,10 @@ from functools import cache
 
 import pytest
 import torch
+from helpers import CONTEXT, tiny_corpus, tiny_model_cfg, tiny_train_cfg
 
 from model.train import EpochReport, TrainConfig, Trainer
 from sweep.store.schema import EPOCH_METRICS, LAYER_GRAD_METRICS, LAYER_METRICS
-from tests.helpers import CONTEXT, tiny_corpus, tiny_model_cfg, tiny_train_cfg
 
 EPOCHS, STEPS, BATCH = 3, 5, 8
 TOKENS_PER_EPOCH = STEPS * BATCH * CONTEXT

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_corpus, tiny_model_cfg
 
 from bench.train_step import ReferenceLoop
 from model.train import TrainConfig, Trainer
-from tests.helpers import tiny_corpus, tiny_model_cfg
 
 STEPS, BATCH, LR, SEED, MODEL_SEED = 6, 8, 3e-3, 11, 5
 
