@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -36,18 +38,22 @@ def _strict_json(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
-    """A small but complete store written as Parquet and reduced through the CLI."""
+    """A small but complete store written as Parquet and reduced through the CLI (run here, so
+    every test of the module sees the report whatever the order): (root, out, tables, status, stdout)."""
     root = tmp_path_factory.mktemp("store")
     out = tmp_path_factory.mktemp("report")
     tb = make_synthetic_store(n_seeds=2, epochs=8, iv_epochs=4)
     write_store(tb, root)
-    return root, out, tb
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = report.main(["--store", str(root), "--out", str(out)])
+    return root, out, tb, status, printed.getvalue()
 
 
-def test_cli_end_to_end(full_run, capsys):
-    root, out, tb = full_run
-    assert report.main(["--store", str(root), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out.splitlines()
+def test_cli_end_to_end(full_run):
+    root, out, tb, status, stdout = full_run
+    assert status == 0
+    printed = stdout.splitlines()
     assert printed[0].endswith("report.md") and Path(printed[0]) == out / "report.md"
     blank = printed.index("")
     assert 3 <= blank - 1 <= 5  # headline lines, then the scorecard
@@ -88,7 +94,7 @@ def _assert_close(a, b, where: str) -> None:
 
 
 def test_figures_are_written(full_run):
-    _, out, _ = full_run
+    _, out, *_ = full_run
     for name in ("fig1_alignment", "fig2_pr", "fig3_bridge", "figA_checkpoints"):
         png = out / "figures" / f"{name}.png"
         pdf = out / "figures" / f"{name}.pdf"
@@ -98,7 +104,7 @@ def test_figures_are_written(full_run):
 
 
 def test_tables_round_trip_and_parse(full_run):
-    _, out, _ = full_run
+    _, out, *_ = full_run
     s = _strict_json(out / "stats.json")
     built = tables.build_tables(s)
     for name in ALL_TABLES + ("table3_contrast", "table5_deltas", "reference_comparison"):
@@ -123,7 +129,7 @@ def test_tables_round_trip_and_parse(full_run):
 
 
 def test_table_values_match_stats(full_run):
-    _, out, _ = full_run
+    _, out, *_ = full_run
     s = _strict_json(out / "stats.json")
     t4 = pd.read_csv(out / "tables" / "table4_slopes.csv").set_index(["group", "metric"])
     assert t4.loc[("pooled", "pr_k"), "negative"] == s["slopes"]["pooled"]["pr_k"]["negative"]
@@ -135,7 +141,7 @@ def test_table_values_match_stats(full_run):
 
 
 def test_report_md_sentences_carry_numbers(full_run):
-    _, out, _ = full_run
+    _, out, *_ = full_run
     s = _strict_json(out / "stats.json")
     md = (out / "report.md").read_text()
     d = s["slopes"]["pooled"]["pr_q_minus_pr_k"]
