@@ -24,8 +24,9 @@ RUN_IDENTITY: list[pa.Field] = [
     pa.field("intervention", pa.string(), nullable=False),
 ]
 
-#: Per-layer geometry columns (SPEC §4.1), float64, in the order the probe emits them.
-LAYER_METRICS: tuple[str, ...] = (
+#: Columns measured on a probe batch's activations (SPEC §4.1, §7), float64: the trainer's probe
+#: and the checkpoint probe both emit them, in this order.
+ACTIVATION_METRICS: tuple[str, ...] = (
     "pr_q",
     "pr_k",
     "pr_q_minus_pr_k",
@@ -34,6 +35,10 @@ LAYER_METRICS: tuple[str, ...] = (
     "attn_top1",
     "attn_erank",
     "logit_std",
+)
+#: Per-layer geometry columns (SPEC §4.1), float64, in the order the probe emits them: the
+#: activation columns, then those of the Q/K weights.
+LAYER_METRICS: tuple[str, ...] = ACTIVATION_METRICS + (
     "wq_erank",
     "wk_erank",
     "wq_erank_head",
@@ -58,17 +63,8 @@ EPOCH_METRICS: tuple[str, ...] = ("train_loss", "val_loss", "grad_norm", "wall_s
 #: Run status values: ``running`` while epochs remain, then ``completed`` or ``diverged``.
 STATUSES = ("running", "completed", "diverged")
 
-#: Columns the checkpoint probe measures (SPEC §7).
-CHECKPOINT_METRICS: tuple[str, ...] = (
-    "pr_q",
-    "pr_k",
-    "pr_q_minus_pr_k",
-    "qk_erank",
-    "attn_entropy",
-    "attn_top1",
-    "attn_erank",
-    "logit_std",
-)
+#: Columns the checkpoint probe measures (SPEC §7): the activation columns, no weights.
+CHECKPOINT_METRICS: tuple[str, ...] = ACTIVATION_METRICS
 
 LAYERS = pa.schema(
     RUN_IDENTITY
