@@ -8,6 +8,7 @@ four significant digits.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -107,50 +108,46 @@ def _intervention_blocks(stats: dict) -> dict[str, dict] | None:
     return by_init if by_init else {stats.get("interventions_init"): stats["interventions"]}
 
 
-def table5_interventions(stats: dict) -> pd.DataFrame | None:
-    """Per condition: mean and sd over seeds of the final metrics, and the confidence score."""
+def _condition_rows(stats: dict, row: Callable[[str, dict], dict | None]) -> pd.DataFrame | None:
+    """One row per (init, condition) of the interventions section; the init column only when
+    the store holds more than one init's interventions."""
     blocks = _intervention_blocks(stats)
     if not blocks:
         return None
-    rows = []
-    for init, conds in blocks.items():
-        for cond, e in conds.items():
-            row = {"init": init, "condition": cond, "label": vocab.condition_label(cond),
-                   "n_seeds": e["n_seeds"]}
-            for m in INTERVENTION_METRICS:
-                row[f"{m}_mean"] = e[m]["mean"]
-                row[f"{m}_sd"] = e[m]["sd"]
-            row["confidence"] = e["confidence"]
-            rows.append(row)
-    df = pd.DataFrame(rows)
-    return df if len(blocks) > 1 else df.drop(columns="init")
-
-
-def table5_deltas(stats: dict) -> pd.DataFrame | None:
-    """Per condition: paired difference from the control (mean over seeds) and direction fractions."""
-    blocks = _intervention_blocks(stats)
-    if not blocks:
-        return None
-    rows = []
-    for init, conds in blocks.items():
-        for cond, e in conds.items():
-            if cond == vocab.CONTROL:
-                continue
-            row = {"init": init, "condition": cond, "label": vocab.condition_label(cond),
-                   "n_pairs": e["n_pairs"]}
-            for m in INTERVENTION_METRICS:
-                row[f"delta_{m}"] = e[m]["delta"]
-            pred = e.get("predicted") or {}
-            row["predicted"] = ", ".join(f"{m} {s}" for m, s in pred.items()) or None
-            by = e.get("confidence_by_metric") or {}
-            for m in ("attn_entropy", "logit_std", "qk_erank"):
-                row[f"holds_{m}"] = by.get(m)
-            row["confidence"] = e["confidence"]
-            rows.append(row)
+    rows = [{"init": init, "condition": cond, "label": vocab.condition_label(cond), **r}
+            for init, conds in blocks.items() for cond, e in conds.items()
+            if (r := row(cond, e)) is not None]
     if not rows:
         return None
     df = pd.DataFrame(rows)
     return df if len(blocks) > 1 else df.drop(columns="init")
+
+
+def table5_interventions(stats: dict) -> pd.DataFrame | None:
+    """Per condition: mean and sd over seeds of the final metrics, and the confidence score."""
+    def row(cond: str, e: dict) -> dict:
+        r: dict = {"n_seeds": e["n_seeds"]}
+        for m in INTERVENTION_METRICS:
+            r[f"{m}_mean"], r[f"{m}_sd"] = e[m]["mean"], e[m]["sd"]
+        return {**r, "confidence": e["confidence"]}
+
+    return _condition_rows(stats, row)
+
+
+def table5_deltas(stats: dict) -> pd.DataFrame | None:
+    """Per condition: paired difference from the control (mean over seeds) and direction fractions."""
+    def row(cond: str, e: dict) -> dict | None:
+        if cond == vocab.CONTROL:
+            return None
+        r: dict = {"n_pairs": e["n_pairs"]}
+        r.update({f"delta_{m}": e[m]["delta"] for m in INTERVENTION_METRICS})
+        pred = e.get("predicted") or {}
+        r["predicted"] = ", ".join(f"{m} {s}" for m, s in pred.items()) or None
+        by = e.get("confidence_by_metric") or {}
+        r.update({f"holds_{m}": by.get(m) for m in ("attn_entropy", "logit_std", "qk_erank")})
+        return {**r, "confidence": e["confidence"]}
+
+    return _condition_rows(stats, row)
 
 
 def layer_categories(stats: dict) -> pd.DataFrame | None:
@@ -243,22 +240,10 @@ def reference_rows(stats: dict) -> list[tuple[str, object, object]]:
     for cat, metrics in R["layer_categories"].items():
         for m, v in metrics.items():
             rows.append((f"{cat} layers {m}", v, _get(stats, "layer_categories", cat, m)))
-    pk = _get(stats, "slopes", "pooled", "pr_k") or {}
-    pd_ = _get(stats, "slopes", "pooled", "pr_q_minus_pr_k") or {}
-    rows.append(
-        (
-            "pr_k slope negative (seed-averaged traces)",
-            "50/54",
-            _ratio(pk.get("negative"), pk.get("n")),
-        )
-    )
-    rows.append(
-        (
-            "pr_q − pr_k slope positive (seed-averaged traces)",
-            "54/54",
-            _ratio(pd_.get("positive"), pd_.get("n")),
-        )
-    )
+    for m, sign, word in (("pr_k", "negative", "pr_k"), ("pr_q_minus_pr_k", "positive", "pr_q − pr_k")):
+        paper, ours = R["slopes"]["pooled"][m], _get(stats, "slopes", "pooled", m) or {}
+        rows.append((f"{word} slope {sign} (seed-averaged traces)", _ratio(paper[sign], paper["n"]),
+                     _ratio(ours.get(sign), ours.get("n"))))
     for level, pairs in R["bridge"].items():
         for pair, v in pairs.items():
             rows.append(
