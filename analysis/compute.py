@@ -31,6 +31,10 @@ class Analysis:
     checkpoints: pd.DataFrame
 
 
+#: The SPEC §8 sections every stats dict has (None, and listed under ``missing``, when not computable).
+SECTIONS: tuple[str, ...] = ("alignment", "slopes", "layer_categories", "bridge", "interventions", "checkpoints")
+
+
 def _dedupe(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     if df.empty or not set(keys) <= set(df.columns):
         return df
@@ -109,14 +113,7 @@ def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None) -> A
             missing["baseline.inits"] = (
                 f"init(s) absent from the baseline: {', '.join(absent)}; groups pool only the inits present"
             )
-    for key in (
-        "alignment",
-        "slopes",
-        "layer_categories",
-        "bridge",
-        "interventions",
-        "checkpoints",
-    ):
+    for key in SECTIONS:
         stats.setdefault(key, None)
     stats["missing"] = missing
     stats["notes"] = notes

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.compute import SECTIONS
 from sweep import report
 from sweep.report import tables
 from sweep.synthetic import (
@@ -70,14 +71,7 @@ def test_cli_end_to_end(full_run):
     # the Parquet round trip gives the same numbers as the in-memory tables
     direct = report.build_report(tb, out / "direct", figures=False)
     assert s["alignment"]["welch_p"] == pytest.approx(direct["alignment"]["welch_p"])
-    for sec in (
-        "alignment",
-        "slopes",
-        "layer_categories",
-        "bridge",
-        "interventions",
-        "checkpoints",
-    ):
+    for sec in SECTIONS:
         _assert_close(s[sec], direct[sec], sec)
 
 
@@ -209,14 +203,7 @@ def test_one_init_one_seed(tmp_path):
 
 def test_empty_store(tmp_path):
     s, md = _run_cli(tmp_path, None, figures=True)
-    for sec in (
-        "alignment",
-        "slopes",
-        "layer_categories",
-        "bridge",
-        "interventions",
-        "checkpoints",
-    ):
+    for sec in SECTIONS:
         assert sec in s["missing"], sec
         assert s[sec] is None
     assert s["provenance"]["n_runs"] == 0
