@@ -6,25 +6,29 @@ STAMP   := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 DEMO_EXTRAS := hf,tb
 
-.PHONY: demo test lint bench venv clean cluster-test
+.PHONY: demo test lint bench venv clean cluster-test lock
 
 # `make demo` installs what the demo runs (the project, the checkpoint probe, TensorBoard);
 # `make test` adds the test tools (pytest, moto, boto3, ruff): ~25 s less for a first demo.
 # The test install includes the demo's, so it marks both.
 venv: $(STAMP)
 
+LOCK    := requirements.lock
+
+# Every install takes its versions from $(LOCK), the one lock of tested versions that CI and
+# every cluster node (cluster/ray_node.sh) use too: a new upstream release changes nothing here.
 define install
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[$(1)]'
+	$(BIN)/pip install --quiet -c $(LOCK) torch
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[$(1)]'
 endef
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(call install,dev)
 	touch $(STAMP) $(DEMO_STAMP)
 
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml $(LOCK)
 	$(call install,$(DEMO_EXTRAS))
 	touch $(DEMO_STAMP)
 
@@ -44,6 +48,16 @@ cluster-test:
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run_all
+
+# Regenerate $(LOCK) after changing pyproject.toml's dependencies: a fresh venv from the open
+# ranges (every extra), frozen. Review the diff, then `make test` and commit both files.
+lock:
+	rm -rf .lock-venv && $(PY) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet --upgrade pip
+	.lock-venv/bin/pip install --quiet torch==2.13.0
+	.lock-venv/bin/pip install --quiet -e '.[dev]'
+	{ sed -n '/^#/p' $(LOCK); .lock-venv/bin/pip freeze --exclude-editable | sed 's/+cpu$$//'; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK) && rm -rf .lock-venv
 
 clean:
 	rm -rf runs .pytest_cache

@@ -2,7 +2,7 @@
 # One implementation of a qkgeom Ray node, called by cluster.yaml (AWS),
 # cluster.local.yaml (SSH machines) and slurm/qkgeom.sbatch:
 #
-#   cluster/ray_node.sh setup               venv with the pinned versions (cluster/constraints.txt),
+#   cluster/ray_node.sh setup               venv with the locked versions (requirements.lock),
 #                                           ~/.bashrc activates it and exports RAY_AUTH_MODE=token
 #   cluster/ray_node.sh head  [ray start …] token (generated once, mode 600), then
 #                                           RAY_AUTH_MODE=token ray start --head --dashboard-host=127.0.0.1 …
@@ -25,11 +25,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 src="${QKGEOM_SRC:-$(dirname "$here")}"
 venv="${QKGEOM_VENV:-$HOME/qkgeom-venv}"
 token_path="${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}"
+lock="$src/requirements.lock"  # the one lock of tested versions (make demo, make test, CI, every node)
 
 die() { echo "ray_node.sh: $*" >&2; exit 1; }
 
 check_pins() {  # every pinned package installed at its pinned version
-    "$venv/bin/python" - "$here/constraints.txt" <<'EOF'
+    "$venv/bin/python" - "$lock" <<'EOF'
 import sys
 from importlib.metadata import version, PackageNotFoundError
 bad = []
@@ -46,7 +47,7 @@ for line in open(sys.argv[1]):
     if have.split("+")[0] != want:
         bad.append(f"{name} {have} (pinned {want})")
 if bad:
-    sys.exit("ray_node.sh: versions differ from cluster/constraints.txt: " + ", ".join(bad))
+    sys.exit("ray_node.sh: versions differ from requirements.lock: " + ", ".join(bad))
 EOF
 }
 
@@ -64,8 +65,8 @@ setup() {
         fi
         "$venv/bin/pip" install --quiet --upgrade pip
         # torch first, on its own (the CUDA wheel from PyPI on Linux), then the project
-        "$venv/bin/pip" install --quiet -c "$here/constraints.txt" "$(grep '^torch==' "$here/constraints.txt")"
-        "$venv/bin/pip" install --quiet -c "$here/constraints.txt" -e "$src[hf,tb]"
+        "$venv/bin/pip" install --quiet -c "$lock" torch
+        "$venv/bin/pip" install --quiet -c "$lock" -e "$src[hf,tb]"
     fi
     check_pins
     local rc="$HOME/.bashrc"

@@ -84,7 +84,7 @@ def test_validation_is_real(raw):
 ROOT = CLUSTER_YAML.parent
 LOCAL_YAML = ROOT / "cluster.local.yaml"
 NODE_SH = ROOT / "cluster" / "ray_node.sh"
-CONSTRAINTS = ROOT / "cluster" / "constraints.txt"
+LOCK = ROOT / "requirements.lock"
 BOTH = [pytest.param(CLUSTER_YAML, id="aws"), pytest.param(LOCAL_YAML, id="local")]
 
 
@@ -148,7 +148,7 @@ def test_only_git_tracked_files_travel(path):
 
 def test_versions_pinned():
     pins = {}
-    for line in CONSTRAINTS.read_text().splitlines():
+    for line in LOCK.read_text().splitlines():
         line = line.split("#")[0].strip()
         if line:
             name, _, version = line.partition("==")
@@ -159,7 +159,7 @@ def test_versions_pinned():
     for name in ("transformers", "numpy", "pandas", "pyarrow"):
         assert name in pins, name
     sh = NODE_SH.read_text()
-    assert '-c "$here/constraints.txt"' in sh and "check_pins" in sh
+    assert 'lock="$src/requirements.lock"' in sh and '-c "$lock"' in sh and "check_pins" in sh
 
 
 def test_aws_security_group_admits_ray_ports_from_the_cluster_only(raw):
