@@ -1,0 +1,163 @@
+"""docs/SPEC.md, the definitions document: every "SPEC §n" the code cites is one of its headings,
+README.md links it, and it names every store column, condition (with its strengths' defaults),
+init regime and preset the code defines.
+
+Not named after one module: it checks a document against the whole repository.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "docs" / "SPEC.md"
+README = ROOT / "README.md"
+
+#: Folders never scanned for references (build outputs, environments, run data).
+SKIP_DIRS = {".git", ".venv", ".lock-venv", "runs", "data", "__pycache__", ".pytest_cache",
+             ".ruff_cache", ".cluster", "node_modules", "docs"}
+
+_NUM = r"\d+(?:\.\d+)?"
+#: "SPEC §4.1", and the sections listed after it: "SPEC §3, §4.1", "SPEC §5 and §6", "SPEC §6/§7".
+_REF = re.compile(rf"SPEC §({_NUM}(?:(?:,\s*|\s+and\s+|\s+or\s+|\s*/\s*)§{_NUM})*)")
+#: "## 4. Metrics", "### 4.1 The layer probe", "## 5.1 Packed trials".
+_HEADING = re.compile(rf"^#{{2,3}}\s+({_NUM})\.?\s+\S", re.MULTILINE)
+
+
+def spec_refs(text: str) -> list[str]:
+    """Every section number cited as "SPEC §n" in ``text``, list continuations included."""
+    return [n for m in _REF.finditer(text) for n in re.findall(_NUM, m.group(1))]
+
+
+def spec_headings(markdown: str) -> list[str]:
+    """The section numbers of the document's numbered ``##`` / ``###`` headings, in order."""
+    return _HEADING.findall(markdown)
+
+
+def unresolved(refs: list[tuple[str, str]], headings: set[str]) -> list[str]:
+    """``where: SPEC §n`` for each (where, n) whose n is not a heading."""
+    return [f"{where}: SPEC §{n}" for where, n in refs if n not in headings]
+
+
+def repository_refs(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(file:line, section) of every "SPEC §n" in the repository's Python and Markdown files."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.suffix not in (".py", ".md") or SKIP_DIRS.intersection(rel.parts[:-1]):
+            continue
+        if rel.parts[0].endswith(".egg-info") or not path.is_file():
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            out += [(f"{rel}:{i}", n) for n in spec_refs(line)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def spec_text() -> str:
+    assert SPEC.is_file(), "docs/SPEC.md, the definitions document, is missing"
+    return SPEC.read_text(encoding="utf-8")
+
+
+# --- the resolver itself ----------------------------------------------------------------------
+
+
+def test_spec_refs_reads_single_and_listed_sections():
+    sec = "§"
+    text = f"see SPEC {sec}4.1, {sec}7; SPEC {sec}5's order; SPEC {sec}8). And SPEC {sec}3 and {sec}9."
+    assert spec_refs(text) == ["4.1", "7", "5", "8", "3", "9"]
+    assert spec_refs(f"the paper {sec}3.3, a SPEC_LAYER_METRICS constant") == []
+
+
+def test_spec_headings_reads_numbered_levels_two_and_three():
+    doc = "# Title\n## Contents\n## 1. Model\n### 1.1 Regimes\n## 5.1 Packed\n#### 9.9 too deep\n## 12.x\n"
+    assert spec_headings(doc) == ["1", "1.1", "5.1"]
+
+
+def test_unresolved_reports_a_reference_to_a_missing_section():
+    sec = "§"  # written apart, so that this file cites no missing section itself
+    heads = set(spec_headings("## 4. Metrics\n### 4.1 The layer probe\n"))
+    fake = spec_refs(f"SPEC {sec}4.1, {sec}12 and {sec}4.2")
+    bad = unresolved([("fake.py:1", n) for n in fake], heads)
+    assert bad == [f"fake.py:1: SPEC {sec}12", f"fake.py:1: SPEC {sec}4.2"]
+
+
+def test_repository_refs_finds_a_planted_reference(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text('"""Stats (SPEC ' + '§8, §13)."""\n')
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "dep.py").write_text("# SPEC " + "§99\n")
+    assert repository_refs(tmp_path) == [("pkg/mod.py:1", "8"), ("pkg/mod.py:1", "13")]
+
+
+# --- the document against the repository ----------------------------------------------------
+
+
+def test_every_spec_reference_resolves(spec_text):
+    refs = repository_refs()
+    packages = [r for r in refs if not r[0].startswith("tests/")]
+    assert packages and any(r[0].startswith("tests/") for r in refs), "no SPEC § references found"
+    bad = unresolved(refs, set(spec_headings(spec_text)))
+    assert not bad, "references to sections docs/SPEC.md lacks:\n" + "\n".join(bad)
+
+
+def test_headings_are_unique_and_subsections_have_parents(spec_text):
+    heads = spec_headings(spec_text)
+    assert len(heads) == len(set(heads)), f"duplicate section numbers: {heads}"
+    top = [h for h in heads if "." not in h]
+    assert top == [str(i) for i in range(1, len(top) + 1)], f"top-level sections out of order: {top}"
+    orphans = [h for h in heads if "." in h and h.split(".")[0] not in top]
+    assert not orphans, f"subsections without their section: {orphans}"
+
+
+def test_the_documents_own_cross_references_resolve(spec_text):
+    heads = set(spec_headings(spec_text))
+    cited = set(re.findall(rf"§({_NUM})", spec_text))
+    assert cited - heads == set(), f"docs/SPEC.md cites sections it lacks: {sorted(cited - heads)}"
+
+
+def test_contents_lists_every_section(spec_text):
+    contents = spec_text.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    missing = [h for h in spec_headings(spec_text) if not re.search(rf"\[{re.escape(h)}\.? ", contents)]
+    assert not missing, f"sections missing from the table of contents: {missing}"
+
+
+def test_readme_links_the_definitions_document():
+    text = README.read_text(encoding="utf-8")
+    assert re.search(r"\]\(docs/SPEC\.md(#[^)]*)?\)", text), "README.md does not link docs/SPEC.md"
+    stale = [m.start() for m in re.finditer(r"(?<!docs/)\bSPEC\.md", text)]
+    assert not stale, "README.md names SPEC.md outside docs/ (a file not in the repository)"
+
+
+# --- the document names what the code defines -------------------------------------------------
+
+
+def test_every_store_column_is_defined(spec_text):
+    from sweep.store.schema import SCHEMAS
+
+    cols = {f.name for schema in SCHEMAS.values() for f in schema}
+    undocumented = sorted(c for c in cols if f"`{c}`" not in spec_text)
+    assert not undocumented, f"store columns docs/SPEC.md does not define: {undocumented}"
+
+
+def test_every_condition_and_strength_default_is_documented(spec_text):
+    from interventions import PAPER_CONDITIONS, REGISTRY
+
+    for name in PAPER_CONDITIONS:
+        assert f"`{name}`" in spec_text, f"condition {name} is not in docs/SPEC.md"
+        for f in dataclasses.fields(REGISTRY[name]):
+            row = re.compile(rf"^\|[^\n]*`{name}`[^\n]*\|\s*`{f.name}`\s*\|\s*`{f.default!r}`\s*\|", re.M)
+            assert row.search(spec_text), (
+                f"docs/SPEC.md §5 lacks the strengths row | `{name}` | `{f.name}` | `{f.default!r}` |")
+
+
+def test_every_init_and_preset_is_named(spec_text):
+    from model.qk_init import PAPER_INITS
+    from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
+
+    names = [*PAPER_INITS, *BASELINE_PRESETS, *INTERVENTION_PRESETS]
+    assert not [n for n in names if f"`{n}`" not in spec_text]
