@@ -10,7 +10,8 @@ one module carries a suffix naming what sets it apart: ``_s3`` (moto's S3 server
 (README's worked example; model/plugins.py), ``test_security.py`` (untrusted pickles across
 trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/),
 ``test_cluster_yaml.py`` and ``test_ray_auth.py`` (the cluster launcher files and Ray's token
-auth). Helpers shared by several files are plain modules without the ``test_`` prefix
+auth), ``test_lock.py`` (requirements.lock against pyproject.toml) and ``test_docs.py``
+(docs/SPEC.md: every "SPEC §n" in the code resolves). Helpers shared by several files are plain modules without the ``test_`` prefix
 (``helpers.py``, ``store_helpers.py``, ``intervention_helpers.py``, ``extension_helpers.py``,
 ``sweep_helpers.py``, ``s3_server.py``, ``plugin_toy.py``).
 
