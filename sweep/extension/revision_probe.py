@@ -226,7 +226,7 @@ def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.d
 
     folder = model_dir(job, settings)
     files = weight_files(folder, settings.allow_pickle)
-    digest = weights_sha256(files)
+    digest = weights_sha256(files, allow_pickle=settings.allow_pickle)
     dtype = torch.float32  # on every device (SPEC §7): bf16 on CUDA moved pr_q − pr_k by up to ~2 %
     model = None
     try:
