@@ -171,7 +171,7 @@ def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor) -> None
             nan = torch.isnan(chunk)
             if nan.any():
                 chunk = chunk.masked_fill(nan, float("nan"))
-        digest.update(np.ascontiguousarray(chunk.numpy(), dtype=np_dtype).tobytes())
+        digest.update(np.ascontiguousarray(chunk.numpy(), dtype=np_dtype).data)
 
 
 def _canonical(tensor: torch.Tensor) -> tuple[bytes, torch.dtype, str]:
