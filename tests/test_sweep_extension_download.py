@@ -30,7 +30,7 @@ from huggingface_hub.errors import (
 )
 from safetensors.torch import load_file
 
-from sweep.extension.checkpoint_series import transient_hub_error, with_hub_retries
+from sweep.extension.hub import transient_hub_error, with_hub_retries
 from sweep.extension.integrity import weights_sha256
 from sweep.store import Store
 

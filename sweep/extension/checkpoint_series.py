@@ -30,11 +30,10 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 Architecture = Literal["gpt2", "gpt_neox", "llama", "olmo"]
 
@@ -190,53 +189,12 @@ def nanotron_tokens_per_step(config: dict[str, Any]) -> int | None:
         return None
 
 
-#: Tries of one hub call before its error stands; the waits between them double from ``HUB_WAIT`` s.
-HUB_TRIES = 3
-HUB_WAIT = 2.0
-#: HTTP statuses worth another try (the ones huggingface_hub's own backoff retries).
-TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-
-T = TypeVar("T")
-
-
-def transient_hub_error(exc: BaseException) -> bool:
-    """Whether a failed hub call may succeed if tried again.
-
-    Yes for an HTTP 408/429/5xx answer, a network error, and huggingface_hub's
-    ``LocalEntryNotFoundError`` when it stands for "the hub answered 5xx or not at
-    all, and nothing is cached" (``snapshot_download`` and ``hf_hub_download`` turn
-    those into it). No for offline mode, a missing repository, revision or file,
-    and anything else the hub refused.
-    """
-    import httpx2
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
-
-    if isinstance(exc, OfflineModeIsEnabled) or isinstance(exc.__cause__, OfflineModeIsEnabled):
-        return False
-    if isinstance(exc, HfHubHTTPError):
-        return exc.response is not None and exc.response.status_code in TRANSIENT_STATUS
-    if isinstance(exc, LocalEntryNotFoundError):
-        return exc.__cause__ is None or transient_hub_error(exc.__cause__)
-    return isinstance(exc, httpx2.TransportError | ConnectionError | TimeoutError)
-
-
-def with_hub_retries(call: Callable[[], T], tries: int = HUB_TRIES, wait: float = HUB_WAIT) -> T:
-    """``call()``, tried again after a transient hub error (``transient_hub_error``) up to ``tries``
-    times in all, waiting ``wait``, 2 × ``wait``, … in between; any other error is raised at once."""
-    for attempt in range(tries):
-        try:
-            return call()
-        except Exception as exc:
-            if attempt + 1 >= tries or not transient_hub_error(exc):
-                raise
-        time.sleep(wait * 2**attempt)
-    raise AssertionError("unreachable")
-
-
 def hub_tokens_per_step(repo: str, revision: str) -> int | None:
     """Read tokens per step from a nanotron ``*.yaml`` config in ``repo`` at ``revision`` (network)."""
     import yaml
     from huggingface_hub import HfApi, hf_hub_download
+
+    from sweep.extension.hub import with_hub_retries
 
     for name in with_hub_retries(lambda: HfApi().list_repo_files(repo, revision=revision)):
         if name.endswith((".yaml", ".yml")):
@@ -250,6 +208,8 @@ def hub_tokens_per_step(repo: str, revision: str) -> int | None:
 def hub_branches(repo: str) -> list[str]:
     """Branch names of a hub repository (network; transient errors tried again)."""
     from huggingface_hub import list_repo_refs
+
+    from sweep.extension.hub import with_hub_retries
 
     return [b.name for b in with_hub_retries(lambda: list_repo_refs(repo)).branches]
 

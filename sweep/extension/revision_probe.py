@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from sweep.cli import at_least, positive
-from sweep.extension.checkpoint_series import Manifest, transient_hub_error
+from sweep.extension.checkpoint_series import Manifest
+from sweep.extension.hub import transient_hub_error
 from sweep.extension.integrity import weights_sha256
 from sweep.store.schema import CHECKPOINT_METRICS, SCHEMA_VERSION
 
