@@ -22,7 +22,7 @@ A revision in ``HubRepo.missing`` is listed among the branches but answers 404 w
 ``X-Error-Code: RevisionNotFound`` everywhere (a branch deleted between listing and fetching);
 an unknown repository answers ``RepoNotFound``, an unknown file ``EntryNotFound``, anything
 else 404. ``fail_once``: (method, path regex) pairs each answered 503 the first time they match.
-The server runs in a daemon thread and stops when the ``with`` block ends.
+The server runs in a daemon thread and stops when the ``with`` block ends (or after ``lifetime``).
 """
 
 from __future__ import annotations
@@ -176,8 +176,9 @@ def _handler(repos: dict[str, HubRepo], fail_once: list[tuple[str, re.Pattern]],
 
 
 @contextmanager
-def hub_server(repos: list[HubRepo], fail_once: list[tuple[str, str]] = ()) -> Iterator[Hub]:
-    """Serve ``repos`` on a free port of 127.0.0.1 until the block ends."""
+def hub_server(repos: list[HubRepo], fail_once: list[tuple[str, str]] = (), lifetime: float = 600.0
+               ) -> Iterator[Hub]:
+    """Serve ``repos`` on a free port of 127.0.0.1 until the block ends, or at most ``lifetime`` s."""
     log: list[tuple[str, str, int]] = []
     handler = _handler({r.repo_id: r for r in repos}, [(m, re.compile(p)) for m, p in fail_once], log,
                        threading.Lock())
@@ -185,9 +186,13 @@ def hub_server(repos: list[HubRepo], fail_once: list[tuple[str, str]] = ()) -> I
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
+    deadline = threading.Timer(lifetime, server.shutdown)  # a hung test does not keep it serving
+    deadline.daemon = True
+    deadline.start()
     try:
         yield Hub(f"http://127.0.0.1:{server.server_address[1]}", log)
     finally:
+        deadline.cancel()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)

@@ -34,6 +34,10 @@ each file's byte identity — in a Hugging Face cache the blob name (for weight
 files, the sha256 of the bytes: branches serving the same file share one
 blob), else (real path, size, mtime) — and returns it without reading again.
 
+Stores written before value digests (before issue 20) hold byte digests in
+``weights_sha256``: probe their revisions again (``--force``) before comparing
+them with new ones.
+
 ``mark_duplicates`` then gives every revision of a series whose digest another
 revision of it already has the status ``duplicate_of:<revision>``, pointing at
 the revision with the highest step (progress) of the group — the one whose
