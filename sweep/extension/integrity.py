@@ -156,8 +156,9 @@ def _load_pickle(path: Path) -> dict[str, torch.Tensor]:
     if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
         raise ValueError(f"{path.name} is not a state dict of tensors")
     groups: dict[tuple, list[str]] = defaultdict(list)
-    for name, t in state.items():
-        groups[(t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape), t.stride())].append(name)
+    for name, t in state.items():  # empty tensors hold no storage to share: each is its own
+        view = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape), t.stride())
+        groups[view if t.numel() else ("empty", name)].append(name)
     return {max(names): state[max(names)] for names in groups.values()}
 
 
