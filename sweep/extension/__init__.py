@@ -27,7 +27,7 @@ special tokens, at positions 0..T−1.
 
 One module per idea: ``checkpoint_series`` (the series registry, revision
 selection, manifests), ``revision_probe`` (one revision: download, load, probe,
-rows), ``integrity`` (weights hashes, duplicate revisions), ``pool`` (the Ray
+rows), ``integrity`` (weights value digests, duplicate revisions), ``hub`` (which hub errors are retried), ``pool`` (the Ray
 actor pool), ``cli`` (``python -m sweep.extension``; ``probe_checkpoints`` is it as a function) and ``tiny_series`` (a tiny
 offline GPT-2 series to probe; ``python -m sweep.tiny_series``). The names below
 are the package's API; its modules import each other directly, never through here.

@@ -194,9 +194,11 @@ def hub_tokens_per_step(repo: str, revision: str) -> int | None:
     import yaml
     from huggingface_hub import HfApi, hf_hub_download
 
-    for name in HfApi().list_repo_files(repo, revision=revision):
+    from sweep.extension.hub import with_hub_retries
+
+    for name in with_hub_retries(lambda: HfApi().list_repo_files(repo, revision=revision)):
         if name.endswith((".yaml", ".yml")):
-            with open(hf_hub_download(repo, name, revision=revision)) as f:
+            with open(with_hub_retries(lambda n=name: hf_hub_download(repo, n, revision=revision))) as f:
                 found = nanotron_tokens_per_step(yaml.safe_load(f) or {})
             if found:
                 return found
@@ -204,10 +206,12 @@ def hub_tokens_per_step(repo: str, revision: str) -> int | None:
 
 
 def hub_branches(repo: str) -> list[str]:
-    """Branch names of a hub repository (network)."""
+    """Branch names of a hub repository (network; transient errors tried again)."""
     from huggingface_hub import list_repo_refs
 
-    return [b.name for b in list_repo_refs(repo).branches]
+    from sweep.extension.hub import with_hub_retries
+
+    return [b.name for b in with_hub_retries(lambda: list_repo_refs(repo)).branches]
 
 
 def series_revisions(

@@ -19,6 +19,7 @@ import torch
 
 from sweep.cli import at_least, positive
 from sweep.extension.checkpoint_series import Manifest
+from sweep.extension.hub import transient_hub_error
 from sweep.extension.integrity import weights_sha256
 from sweep.store.schema import CHECKPOINT_METRICS, SCHEMA_VERSION
 
@@ -156,12 +157,14 @@ def fetch_revision(repo: str, revision: str, cache_dir: str | None, retries: int
             raise RevisionError(f"revision {revision!r} does not exist in {repo}") from None
         except (RepositoryNotFoundError, GatedRepoError) as exc:
             raise RevisionError(f"repository {repo} is not available: {type(exc).__name__}") from None
-        except EntryNotFoundError as exc:
-            raise RevisionError(f"{repo}@{revision}: {exc}") from None
+        except EntryNotFoundError as exc:  # also "hub answered 503, nothing cached": that one is retried
+            if not transient_hub_error(exc):
+                raise RevisionError(f"{repo}@{revision}: {exc}") from None
+            last = exc
         except Exception as exc:  # network trouble: back off and retry
             last = exc
-            if attempt + 1 < retries:
-                time.sleep(2.0 * 2**attempt)
+        if attempt + 1 < retries:
+            time.sleep(2.0 * 2**attempt)
     raise RevisionError(f"could not fetch {repo}@{revision} after {retries} tries: {last}")
 
 
@@ -226,7 +229,7 @@ def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.d
 
     folder = model_dir(job, settings)
     files = weight_files(folder, settings.allow_pickle)
-    digest = weights_sha256(files)
+    digest = weights_sha256(files, allow_pickle=settings.allow_pickle)
     dtype = torch.float32  # on every device (SPEC §7): bf16 on CUDA moved pr_q − pr_k by up to ~2 %
     model = None
     try:

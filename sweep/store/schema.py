@@ -102,8 +102,9 @@ CHECKPOINTS = pa.schema(
         pa.field("status", pa.string(), nullable=False),  # "ok", "failed" or "duplicate_of:<revision>"
         pa.field("reason", pa.string()),  # why a revision failed; null when ok
         pa.field("schema_version", pa.int32(), nullable=False),
-        # sha256 of the revision's weight files (sweep.extension.integrity); a revision repeating another's
-        # weights in its series has status "duplicate_of:<revision>". Null on failed rows.
+        # sha256 of the revision's weight *values* (tensor names, shapes, values in a canonical dtype; the same
+        # for any file format, shard layout or exact dtype: sweep.extension.integrity); a revision repeating
+        # another's weights in its series has status "duplicate_of:<revision>". Null on failed rows.
         pa.field("weights_sha256", pa.string()),
     ]
 )
