@@ -38,9 +38,13 @@ Row shape (``stats.json["scorecard"]`` is a list of these)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from analysis.bootstrap import N_RESAMPLES, seed_bootstrap
 from analysis.claims import Expect, all_claims
 from analysis.compute import Analysis
+from analysis.primitives import to_jsonable
+from analysis.section import Result
 
 VERDICTS = ("reproduced", "direction only", "not reproduced", "not measured")
 
@@ -150,3 +154,35 @@ def render_text(rows: list[dict]) -> list[str]:
         extra = f" — {r['reason']}" if r["verdict"] == "not measured" and r["reason"] else ""
         out.append(f"{r['verdict']:<15} {r['claim']}: paper {r['paper']}; here {val}{flag}{extra}")
     return out
+
+
+@dataclass
+class ScorecardResult(Result):
+    """The scorecard of one preset: its rows (see the module docstring), and whether it is at paper scale."""
+
+    rows: list[dict]
+    paper_scale: bool
+
+    def to_json(self) -> dict[str, object]:
+        return {"scorecard": to_jsonable(self.rows), "scorecard_method": METHOD_NOTE}
+
+
+class Scorecard:
+    """The report's first section: one row per claim of every registered section (``Section.claims``).
+
+    Not in the section registry: it runs after the others (their results are its input) and
+    reads which store files could not be read.
+    """
+
+    name = "scorecard"
+    heading = "Reproduction scorecard"
+
+    def compute(self, an: Analysis, preset: str | None, paper_scale: bool,
+                touched: set[str] | frozenset[str] = frozenset()) -> ScorecardResult:
+        return ScorecardResult(build_scorecard(an, preset, paper_scale, touched), paper_scale)
+
+    def markdown(self, rows: list[dict], paper_scale: bool) -> list[str]:
+        return render_markdown(rows, paper_scale)
+
+
+SCORECARD = Scorecard()
