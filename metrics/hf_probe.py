@@ -51,10 +51,10 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from metrics.attention import attention_stats
 from metrics.columns import CHECKPOINT_PROBE_ROW
 from metrics.hf_arch import SUPPORTED_MODEL_TYPES, adapter_for
+from metrics.spectra import participation_ratio
 
 __all__ = ["CAPTURE_IMPLEMENTATION", "PROBE_DTYPE", "SUPPORTED_MODEL_TYPES", "LayerTrace", "probe_hf_model",
            "trace_hf_model"]
-from metrics.spectra import participation_ratio
 
 CAPTURE_IMPLEMENTATION = "qkgeom_capture"
 
