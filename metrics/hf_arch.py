@@ -10,7 +10,8 @@ the transformers 5.25 ``modeling_*.py`` sources):
 * ``taps``: where the pre-rotary Q and K are read and how a fused projection
   is split (``separate``, ``fused_blocks`` [Q | K | V] in that order with
   Q = H·d_head and K = H_kv·d_head columns, ``fused_per_head`` GPT-NeoX's
-  per-head interleaving, ``after_qk_norm`` for Q/K-norm families);
+  per-head interleaving, ``after_qk_norm`` and ``per_head_norms`` for Q/K-norm
+  families);
 * ``heads``: query heads, KV heads (grouped-query attention) and d_head, from
   the config's own attributes (``num_key_value_heads``, ``head_dim``);
 * ``rotary``: the positional convention (documentation; the model applies it);
@@ -21,7 +22,8 @@ A new family is one entry in ``ADAPTERS`` (+ its test model). ``adapter_for``
 refuses any other ``model_type`` naming the supported ones; it needs only the
 ``model_type`` string, so a revision is refused from ``config.json`` alone.
 
-Q/K norms (OLMo-2): pr_q and pr_k are taken *after* ``q_norm``/``k_norm`` and
+Q/K norms (OLMo-2, StableLM's ``qk_layernorm``): pr_q and pr_k are taken *after*
+the norms (OLMo-2 ``q_norm``/``k_norm``, StableLM's per-head LayerNorms) and
 before rotary. The norm is part of the map that makes the vectors the model
 dots: every logit is built from q_norm(q_proj(x)) and k_norm(k_proj(x)), and
 the learned per-channel gain of the norm reshapes their covariance. PR of
@@ -126,6 +128,30 @@ def fused_per_head(name: str) -> Callable[[nn.Module, Heads], list[Tap]]:
     return taps
 
 
+def per_head_norms(q: str, k: str) -> Callable[[nn.Module, Heads], list[Tap]]:
+    """Q and K from per-head norm modules whose outputs are [B, H, T, d] (StableLM's
+    ``q_layernorm``/``k_layernorm``), concatenated back to [B, T, H·d]."""
+
+    def heads_last(name: str) -> Split:
+        def split(y: Tensor) -> dict[str, Tensor]:
+            b, h, t, d = y.shape
+            return {name: y.transpose(1, 2).reshape(b, t, h * d)}
+
+        return split
+
+    def taps(attn: nn.Module, heads: Heads) -> list[Tap]:
+        return [(getattr(attn, q), heads_last("q")), (getattr(attn, k), heads_last("k"))]
+
+    return taps
+
+
+def _stablelm_taps(attn: nn.Module, heads: Heads) -> list[Tap]:
+    """StableLM: after the per-head Q/K LayerNorms when ``qk_layernorm`` is on, else the projections."""
+    if getattr(attn, "qk_layernorm", False):
+        return per_head_norms("q_layernorm", "k_layernorm")(attn, heads)
+    return separate()(attn, heads)
+
+
 def _named(name: str) -> Split:
     return lambda y: {name: y}
 
@@ -220,6 +246,15 @@ ADAPTERS: dict[str, ArchAdapter] = {
             tiny={**_DECODER, "num_key_value_heads": 2, "pad_token_id": 1},
             qk_norm="q_norm/k_norm (RMSNorm over H·d_head) between the projection and rotary: "
             "pr_q/pr_k are taken after it",
+        ),
+        ArchAdapter(
+            "stablelm", "StableLM", blocks("layers"), "self_attn", _stablelm_taps,
+            "rotate-half rotary on the first partial_rotary_factor of d_head (default 25 %)",
+            tiny={**_DECODER, "num_key_value_heads": 2, "qk_layernorm": True, "use_qkv_bias": True},
+            heads=lambda c: Heads(c.num_attention_heads, c.num_key_value_heads,
+                                  c.hidden_size // c.num_attention_heads),  # StableLmAttention ignores head_dim
+            qk_norm="optional per-head LayerNorms (qk_layernorm) after the projection: pr_q/pr_k are taken after "
+            "them, as for OLMo-2",
         ),
     )
 }

@@ -145,6 +145,13 @@ def _generic_reference(model: tf.PreTrainedModel, ids: torch.Tensor, layer: int)
     if cfg.model_type == "olmo2":  # RMSNorm over all heads, with its gain, before rotary
         rms = lambda y, g: y / np.sqrt((y**2).mean(-1, keepdims=True) + cfg.rms_norm_eps) * g  # noqa: E731
         q, k = rms(q, _np(attn.q_norm.weight)), rms(k, _np(attn.k_norm.weight))
+    if cfg.model_type == "stablelm" and cfg.qk_layernorm:  # one LayerNorm (gain, no bias) per head
+        def per_head(y: np.ndarray, norms: torch.nn.ModuleList) -> np.ndarray:
+            yh = y.reshape(B, T, len(norms), d_head)
+            gains = np.stack([_np(m.weight) for m in norms])  # (heads, d_head)
+            return _layer_norm(yh, gains, None, cfg.layer_norm_eps).reshape(B, T, -1)
+
+        q, k = per_head(q, attn.q_layernorm.norms), per_head(k, attn.k_layernorm.norms)
     assert q.shape[-1] == n * d_head and k.shape[-1] == n_kv * d_head
     rot_dims = int(d_head * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
     qh = _rotary(q.reshape(B, T, n, d_head), rot_dims, cfg.rope_parameters["rope_theta"])
@@ -204,7 +211,7 @@ def test_trace_tensors_match_reference(kind: str, ids: torch.Tensor) -> None:
     np.testing.assert_allclose(_np(tr.k).reshape(B * T, -1), ref["k"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(_np(tr.scores), ref["scores"], rtol=1e-4, atol=1e-4)
     assert tr.k.shape == (B, T, ref["k"].shape[-1])  # PR_K is over the KV heads only
-    if kind in ("llama", "qwen2", "mistral", "gemma", "phi3", "olmo2"):
+    if kind in ("llama", "qwen2", "mistral", "gemma", "phi3", "olmo2", "stablelm"):
         assert tr.k.shape[-1] < tr.q.shape[-1]  # grouped-query: fewer KV heads than query heads
 
 
@@ -268,33 +275,41 @@ def test_probe_computes_in_float32_and_records_it(ids: torch.Tensor) -> None:
 def plant_rank_one_queries(model: tf.PreTrainedModel, seed: int = 0) -> None:
     """Every layer's query map becomes x ↦ u (vᵀx) (bias 0): all queries on one line, so PR(Q) = 1.
 
+    u repeats one d_head pattern in every head, so per-head Q norms (StableLM) scale all heads
+    alike and keep the line a line (a whole-vector norm, OLMo-2's, keeps any line a line).
+
     Written on the weights by hand per layout (not through the adapter): separate ``q_proj``,
     the first H·d_head rows of Phi-3's ``qkv_proj``, GPT-2's first D columns of ``c_attn``
     (Conv1D, [D, 3D]), the per-head Q rows of GPT-NeoX's ``query_key_value``.
     """
     g = torch.Generator().manual_seed(seed)
     cfg = model.config
+    heads = cfg.num_attention_heads
+
+    def line(rows: int) -> torch.Tensor:  # [rows] = one d_head pattern per head
+        return torch.randn(rows // heads, generator=g).repeat(heads)
+
     with torch.no_grad():
         for block in model.base_model.h if cfg.model_type == "gpt2" else model.base_model.layers:
             attn = getattr(block, "attn", None) or getattr(block, "attention", None) or block.self_attn
             if cfg.model_type == "gpt2":
                 w, b, d = attn.c_attn.weight, attn.c_attn.bias, cfg.hidden_size
-                w[:, :d] = torch.outer(torch.randn(d, generator=g), torch.randn(d, generator=g))
+                w[:, :d] = torch.outer(torch.randn(d, generator=g), line(d))
                 b[:d] = 0
             elif cfg.model_type == "gpt_neox":
                 w, b = attn.query_key_value.weight, attn.query_key_value.bias  # rows (H, [q|k|v], d_head)
                 d_head = cfg.hidden_size // cfg.num_attention_heads
                 wv = w.view(cfg.num_attention_heads, 3, d_head, -1)
-                u, v = torch.randn(cfg.hidden_size, generator=g), torch.randn(cfg.hidden_size, generator=g)
+                u, v = line(cfg.hidden_size), torch.randn(cfg.hidden_size, generator=g)
                 wv[:, 0] = torch.outer(u, v).view(cfg.num_attention_heads, d_head, -1)
                 b.view(cfg.num_attention_heads, 3, d_head)[:, 0] = 0
             elif cfg.model_type == "phi3":
                 n_q = cfg.num_attention_heads * (cfg.hidden_size // cfg.num_attention_heads)
                 w = attn.qkv_proj.weight
-                w[:n_q] = torch.outer(torch.randn(n_q, generator=g), torch.randn(w.shape[1], generator=g))
+                w[:n_q] = torch.outer(line(n_q), torch.randn(w.shape[1], generator=g))
             else:
                 w = attn.q_proj.weight
-                w.copy_(torch.outer(torch.randn(w.shape[0], generator=g), torch.randn(w.shape[1], generator=g)))
+                w.copy_(torch.outer(line(w.shape[0]), torch.randn(w.shape[1], generator=g)))
                 if attn.q_proj.bias is not None:
                     attn.q_proj.bias.zero_()
 
