@@ -339,3 +339,25 @@ def test_olmo2_q_k_are_taken_after_the_q_k_norm(ids: torch.Tensor) -> None:
     gain = _np(attn.q_norm.weight)
     unit = _np(tr.q).reshape(B * T, -1) / gain  # the RMS-normalised vector before its gain
     np.testing.assert_allclose((unit**2).mean(-1), 1.0, rtol=1e-3)
+
+
+def test_a_new_family_is_one_adapter(monkeypatch, ids: torch.Tensor) -> None:
+    """Starcoder2 is refused until one ``ArchAdapter`` entry is registered; with it, the probe
+    captures its Q and K (planted rank-one queries give pr_q = 1) and matches the reference."""
+    from metrics import hf_arch
+
+    cfg = dict(hf_arch.ADAPTERS["llama"].tiny, use_bias=True, sliding_window=None)
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(tf.AutoConfig.for_model("starcoder2", **cfg)).eval()
+    with pytest.raises(UnsupportedArchitecture, match="'starcoder2' is not supported"):
+        probe_hf_model(model, ids)
+    adapter = hf_arch.ArchAdapter("starcoder2", "StarCoder2", hf_arch.blocks("layers"), "self_attn",
+                                  hf_arch.separate(), "rotate-half rotary", tiny=cfg)
+    monkeypatch.setitem(hf_arch.ADAPTERS, "starcoder2", adapter)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    ref = _generic_reference(model, ids, 1)
+    assert probe_hf_model(model, ids)[1]["pr_k"] == pytest.approx(_pr(ref["k"]), rel=1e-5)
+    plant_rank_one_queries(model)
+    assert [r["pr_q"] for r in probe_hf_model(model, ids)] == pytest.approx([1.0, 1.0], abs=1e-4)
