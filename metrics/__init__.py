@@ -1,21 +1,29 @@
-"""Geometry metrics: pure functions of tensors (SPEC §4)."""
+"""Geometry metrics: pure functions of tensors (SPEC §4).
 
-from metrics.attention import attention_stats, causal_mask, causal_scores
-from metrics.probe import probe_layers
-from metrics.spectra import (
-    effective_rank,
-    participation_ratio,
-    qk_alignment,
-    qk_alignment_per_head,
-)
+The names below load on first use, so ``metrics.columns`` (the store's column
+vocabulary, read by ``sweep.store.schema``) imports without torch.
+"""
 
-__all__ = [
-    "attention_stats",
-    "causal_mask",
-    "causal_scores",
-    "effective_rank",
-    "participation_ratio",
-    "probe_layers",
-    "qk_alignment",
-    "qk_alignment_per_head",
-]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_WHERE = {
+    "attention_stats": "metrics.attention",
+    "causal_mask": "metrics.attention",
+    "causal_scores": "metrics.attention",
+    "probe_layers": "metrics.probe",
+    "effective_rank": "metrics.spectra",
+    "participation_ratio": "metrics.spectra",
+    "qk_alignment": "metrics.spectra",
+    "qk_alignment_per_head": "metrics.spectra",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'metrics' has no attribute {name!r}")
+    return getattr(import_module(_WHERE[name]), name)

@@ -1,18 +1,22 @@
 """Probe a Hugging Face causal LM for the checkpoint columns of SPEC §7.
 
 Per layer: ``pr_q``, ``pr_k`` (participation ratio of the projection outputs
-*before* rotary, heads concatenated; K over its own KV heads) and the
+*before* rotary, heads concatenated; K over its own KV heads; after the Q/K
+norm in families that have one, see ``metrics.hf_arch``) and the
 attention statistics of ``metrics.attention.attention_stats`` on the scores
 the model itself computes (after rotary, with the model's own scaling, KV
 heads expanded for grouped-query attention).
 
 How the tensors are captured (transformers 5.x):
 
-* **Pre-rotary Q and K**: forward hooks on the projection modules, whose
-  outputs are cloned (OLMo's ``clip_qkv`` clamps them in place afterwards,
-  so PR is that of ``q_proj(x)`` itself). Fused layouts are split exactly as
-  the model splits them: GPT-2 ``c_attn`` into thirds [Q | K | V]; GPT-NeoX
+* **Pre-rotary Q and K**: forward hooks on the modules each family's adapter
+  names (``metrics.hf_arch.ADAPTERS``), whose outputs are cloned (OLMo's
+  ``clip_qkv`` clamps them in place afterwards, so PR is that of ``q_proj(x)``
+  itself). Fused layouts are split exactly as the model splits them: GPT-2
+  ``c_attn`` and Phi-3 ``qkv_proj`` as blocks [Q | K | V]; GPT-NeoX
   ``query_key_value`` per head, ``view(B, T, H, 3·d_head).chunk(3, -1)``.
+  The captured widths are checked against the adapter's head counts
+  (H·d_head for Q, H_kv·d_head for K).
 * **Scores**: for the duration of the probe the model's attention
   implementation is switched to ``"qkgeom_capture"``, registered in
   ``transformers.AttentionInterface`` (with ``masking_utils.eager_mask`` in
@@ -45,15 +49,17 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from metrics.attention import attention_stats
+from metrics.columns import CHECKPOINT_PROBE_ROW
+from metrics.hf_arch import SUPPORTED_MODEL_TYPES, adapter_for
 from metrics.spectra import participation_ratio
+
+__all__ = ["CAPTURE_IMPLEMENTATION", "PROBE_DTYPE", "SUPPORTED_MODEL_TYPES", "LayerTrace", "probe_hf_model",
+           "trace_hf_model"]
 
 CAPTURE_IMPLEMENTATION = "qkgeom_capture"
 
 #: The probe computes in float32 on every device (SPEC §7) and records it in each row.
 PROBE_DTYPE = torch.float32
-
-#: Architectures (``config.model_type``) the probe knows how to split.
-SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neox", "llama", "olmo")
 
 _TAP_ATTR = "_qkgeom_tap"
 
@@ -137,53 +143,10 @@ AttentionInterface.register(CAPTURE_IMPLEMENTATION, _capture_attention)
 AttentionMaskInterface.register(CAPTURE_IMPLEMENTATION, eager_mask)
 
 
-def _split_gpt2(d_model: int) -> Callable[[Tensor], dict[str, Tensor]]:
-    """c_attn output [B, T, 3D] → Q, K = the first two thirds."""
-
-    def split(y: Tensor) -> dict[str, Tensor]:
-        q, k, _ = y.split(d_model, dim=-1)
-        return {"q": q, "k": k}
-
-    return split
-
-
-def _split_neox(n_head: int) -> Callable[[Tensor], dict[str, Tensor]]:
-    """query_key_value output [B, T, 3D], interleaved per head → Q, K [B, T, D]."""
-
-    def split(y: Tensor) -> dict[str, Tensor]:
-        b, t, three_d = y.shape
-        q, k, _ = y.view(b, t, n_head, three_d // n_head).chunk(3, dim=-1)  # (B, T, H, d_head)
-        return {"q": q.reshape(b, t, -1), "k": k.reshape(b, t, -1)}
-
-    return split
-
-
-def _named(name: str) -> Callable[[Tensor], dict[str, Tensor]]:
-    return lambda y: {name: y}
-
-
 def _layer_specs(model: nn.Module) -> list[_LayerSpec]:
-    """One spec per decoder layer, embedding side first."""
-    config = model.config
-    kind = config.model_type
-    base = model.base_model
-    if kind == "gpt2":
-        split = _split_gpt2(config.hidden_size)
-        return [_LayerSpec(b.attn, [(b.attn.c_attn, split)]) for b in base.h]
-    if kind == "gpt_neox":
-        split = _split_neox(config.num_attention_heads)
-        return [_LayerSpec(b.attention, [(b.attention.query_key_value, split)]) for b in base.layers]
-    if kind in ("llama", "olmo"):
-        return [
-            _LayerSpec(
-                b.self_attn,
-                [(b.self_attn.q_proj, _named("q")), (b.self_attn.k_proj, _named("k"))],
-            )
-            for b in base.layers[: config.num_hidden_layers]
-        ]
-    raise ValueError(
-        f"hf_probe does not know model_type {kind!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-    )
+    """One spec per decoder layer, embedding side first, from the family's adapter (``metrics.hf_arch``)."""
+    adapter = adapter_for(model.config.model_type)
+    return [_LayerSpec(attention, taps) for attention, taps in adapter.layer_taps(model)]
 
 
 @contextmanager
@@ -268,11 +231,18 @@ def probe_hf_model(model: nn.Module, input_ids: Tensor) -> list[dict[str, float]
             row.update(attention_stats(x))
         else:
             row[f"pr_{name}"] = participation_ratio(x.reshape(-1, x.shape[-1])).item()
+            row[f"_{name}_dim"] = x.shape[-1]
 
     with _tapped(model, emit) as n_layers:
         rows.extend({"layer": layer} for layer in range(n_layers))
         _forward(model, input_ids)
+    heads = adapter_for(model.config.model_type).heads(model.config)
     for row in rows:
+        for name, want in (("q", heads.q_dim), ("k", heads.k_dim)):
+            got = row.pop(f"_{name}_dim", want)
+            if got != want:
+                raise RuntimeError(f"layer {row['layer']}: captured {name.upper()} has {got} dims, the "
+                                   f"config's heads give {want} ({heads}): the adapter does not fit this model")
         missing = {"pr_q", "pr_k", "logit_std"} - row.keys()
         if missing:
             raise RuntimeError(f"layer {row['layer']}: nothing captured for {sorted(missing)}")
@@ -281,19 +251,5 @@ def probe_hf_model(model: nn.Module, input_ids: Tensor) -> list[dict[str, float]
     return [_ordered(row) for row in rows]
 
 
-_COLUMNS = (
-    "layer",
-    "pr_q",
-    "pr_k",
-    "pr_q_minus_pr_k",
-    "qk_erank",
-    "attn_entropy",
-    "attn_top1",
-    "attn_erank",
-    "logit_std",
-    "dtype",
-)
-
-
 def _ordered(row: dict[str, float]) -> dict[str, float]:
-    return {c: row[c] for c in _COLUMNS}
+    return {c: row[c] for c in CHECKPOINT_PROBE_ROW}

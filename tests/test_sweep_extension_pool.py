@@ -155,8 +155,60 @@ def test_cli_runs_a_manifest_then_skips_it(cluster, revisions, tmp_path, capsys)
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "cli-gpt_neox" in out and "    2        0       0" in out
+    assert "[extension] 2 revisions: probed 2 (2 now, 0 already in the store), failed 0, duplicates 0" in out
     assert load_manifest(tmp_path / "used.json") == load_manifest(manifest)
     assert len(rows(tmp_path / "store", "cli")) == 2 * 2
     assert main(argv) == 0
-    assert "    0        2       0" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "    0        2       0" in out and "probed 2 (0 now, 2 already in the store)" in out
+    # two revisions < Appendix A's three: warned up front, once, on stderr
+    assert err.count("warning: series cli-gpt_neox has 2 revision(s) in the manifest") == 1
     assert ray.is_initialized()  # main() leaves a Ray it did not start alone
+
+
+def test_cli_exit_status_and_closing_summary(cluster, revisions, tmp_path, capsys) -> None:
+    """Exit 1 when a revision failed, with the closing summary naming it and its reason; exit 2 for
+    bad input (one line, nothing probed); the failed revision makes ``sweep.store validate`` exit 1."""
+    from sweep.store.cli import main as store_main
+
+    data = manifest_for(revisions, ["olmo2"], prefix="exit")
+    data["series"][0]["revisions"].append({"revision": "local-step500", "path": str(tmp_path / "empty"),
+                                           "tokens": 500 * 1024})
+    (tmp_path / "empty").mkdir()  # exists (the manifest loads), holds nothing: fails in the actor
+    manifest, store = tmp_path / "m.json", tmp_path / "store"
+    manifest.write_text(json.dumps(data))
+    argv = ["--manifest", str(manifest), "--store", str(store), "--n-seqs", str(N_SEQS),
+            "--seq-len", str(SEQ_LEN), "--actors", "1"]
+    (tmp_path / "probe.txt").write_text(TEXT)
+    argv += ["--text", str(tmp_path / "probe.txt")]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "[extension] 3 revisions: probed 2 (2 now, 0 already in the store), failed 1, duplicates 0" in out
+    assert f"  failed exit-olmo2@local-step500: RevisionError: no config.json in {tmp_path / 'empty'}" in out
+    assert "in the manifest" not in err  # three revisions in the manifest: no warning up front,
+    # but one at the end: 2 ok revisions < Appendix A's 3
+    assert err.count("warning: series exit-olmo2 has 2 ok revision(s) after this run") == 1
+    assert store_main(["validate", "--store", str(store)]) == 1
+    assert "failed checkpoint revision exit-olmo2@local-step500" in capsys.readouterr().out
+
+    assert main(argv) == 1  # a rerun retries the failed revision only; it fails again
+    out, err = capsys.readouterr()
+    assert "probed 2 (0 now, 2 already in the store), failed 1" in out
+
+    with pytest.raises(SystemExit) as bad:
+        main([*argv, "--n-seqs", "0"])
+    assert bad.value.code == 2
+    assert capsys.readouterr().err.strip() == "python -m sweep.extension: error: --n-seqs must be >= 1, got 0"
+
+
+def test_actors_take_no_object_store_constructor_arguments(cluster, tmp_path) -> None:
+    """The probe text travels with each call, not to the restartable actors' constructor, so Ray's
+    core worker logs no error-level "constructor arguments in the object store" line (it did when
+    the pool handed the actors a ``ray.put`` ref)."""
+    from pathlib import Path as P
+
+    with Pool(settings(tmp_path), TEXT, n_actors=1) as lone:
+        ray.get(lone.actors[0].__ray_ready__.remote())
+    logs = P(ray._private.worker.global_worker.node.get_logs_dir_path())
+    (driver_log,) = logs.glob(f"python-core-driver-*_{__import__('os').getpid()}.log")
+    assert "constructor arguments in the object store" not in driver_log.read_text()

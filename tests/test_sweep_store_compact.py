@@ -54,7 +54,9 @@ def test_checkpoints_compact_and_rewrite(tmp_path: Path) -> None:
     store.write_checkpoint([{"series": "pythia/70m", "revision": "step=1000", "layer": 0, "pr_q": 3.0, "status": "ok"}])
     after = store.read("checkpoints")
     assert len(after) == 6 and after.loc[after["revision"] == "step=1000", "pr_q"].tolist() == [3.0]
-    assert len(pd.read_parquet(tmp_path / "checkpoints")) == 6 and validate(store).ok
+    report = validate(store)
+    assert len(pd.read_parquet(tmp_path / "checkpoints")) == 6 and not report.duplicates
+    assert report.failed == [("pythia/70m", "bad", "oom")]  # the failed revision is the only problem
 
 
 def test_compaction_crash_midway_is_recoverable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

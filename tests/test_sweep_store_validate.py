@@ -28,3 +28,24 @@ def test_validate_detects_duplicate_gap_nan(tmp_path: Path) -> None:
     assert ("epochs", run1, None, [1]) in report.gaps
     assert ("layers", run1, 2, [1]) in report.gaps
     assert report.nans == [("epochs", "val_loss", 1)]
+
+
+def test_validate_reports_failed_checkpoint_revisions(tmp_path: Path) -> None:
+    """A failed checkpoint revision is a problem (exit 1 from the CLI), named with its reason;
+    once a rerun replaces it with ok rows the store is OK again."""
+    from sweep.store.cli import main
+
+    store = Store(str(tmp_path))
+    ok = [{"series": "s", "revision": "step1", "layer": layer, "pr_q": 1.0, "status": "ok"} for layer in range(2)]
+    store.write_checkpoint(ok)
+    assert validate(store).ok and main(["validate", "--store", str(tmp_path)]) == 0
+    store.write_checkpoint([{"series": "s", "revision": "step2", "status": "failed",
+                             "reason": "RevisionError: local path does not exist: /x\nsecond line"}])
+    report = validate(store)
+    assert not report.ok
+    assert report.failed == [("s", "step2", "RevisionError: local path does not exist: /x")]
+    assert "failed checkpoint revision s@step2: RevisionError: local path does not exist: /x" in str(report)
+    assert "1 problem(s)" in str(report)
+    assert main(["validate", "--store", str(tmp_path)]) == 1
+    store.write_checkpoint([{**r, "revision": "step2"} for r in ok])  # the rerun succeeded
+    assert validate(store).ok

@@ -17,7 +17,10 @@ died up to ``TASK_RETRIES`` times and the driver then resubmits it, up to
 out of memory) ends as ``failed`` instead of looping forever. Store writes
 replace the revision's file, so a retried revision never duplicates rows.
 Rerunning skips revisions whose rows are ``ok`` (``--force`` redoes them);
-failed revisions are tried again.
+failed revisions are tried again. Exit status: 0 when every revision was probed,
+1 when some failed (the closing summary names each with its reason), 2 for bad
+input. Model families are adapters in ``metrics.hf_arch``; a revision of another
+``model_type`` is refused from its ``config.json`` before any weight is read.
 
 Probe text: the same fixed windows for every revision (``sweep.extension.revision_probe.probe_windows``):
 ``--n-seqs`` sequences of ``--seq-len`` tokens in the model's native

@@ -33,9 +33,15 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-Architecture = Literal["gpt2", "gpt_neox", "llama", "olmo"]
+from metrics.hf_arch import SUPPORTED_MODEL_TYPES
+
+#: A series' ``config.model_type``: one of the probe's adapters (``metrics.hf_arch.ADAPTERS``).
+Architecture = str
+
+#: Appendix A fits a slope per series with at least this many ok revisions (SPEC §8).
+MIN_FIT_REVISIONS = 3
 
 #: Step number in a revision name: ``step1000``, ``step-240000``, ``step20000-tokens84B``, ``checkpoint-400000``.
 STEP_RE = re.compile(r"(?:step|checkpoint)-?(\d+)")
@@ -58,6 +64,11 @@ class Series:
     #: probe only this revision (no branch listing)
     endpoint_only: str | None = None
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        if self.architecture not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(f"series {self.name}: architecture {self.architecture!r} has no probe adapter; "
+                             f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
 
 
 SERIES: dict[str, Series] = {

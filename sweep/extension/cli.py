@@ -1,12 +1,16 @@
 """Checkpoint extension (SPEC §7): probe public checkpoint series with a pool of Ray actors.
 
-The command line of the extension; the pool is sweep/extension/pool.py.
+The command line of the extension; the pool is sweep/extension/pool.py. Exit status:
+0 every revision was probed (now or in an earlier run); 1 some revision failed (the
+closing summary names each with its reason; its row in the store says why); 2 bad
+input (one line on stderr, before Ray starts).
 """
 
 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,6 +31,7 @@ from sweep.cli import (
 )
 from sweep.extension.checkpoint_series import (
     DEFAULT_REVISIONS,
+    MIN_FIT_REVISIONS,
     SERIES,
     Manifest,
     build_manifest,
@@ -132,8 +137,33 @@ def _main(args: argparse.Namespace) -> int:
     if text is not None and len(text) < args.n_seqs:
         raise UsageError(f"--text {args.text}: {len(text)} characters cannot give --n-seqs {args.n_seqs} "
                          "sequences")
-    probe_checkpoints(manifest, settings, text, save_manifest=args.write_manifest)
-    return 0
+    results = probe_checkpoints(manifest, settings, text, save_manifest=args.write_manifest)
+    return exit_status(results)
+
+
+def exit_status(results: list[JobResult]) -> int:
+    """0 when every revision was probed (ok, duplicate or already in the store), 1 when any failed."""
+    return 1 if any(r.status == "failed" for r in results) else 0
+
+
+def fit_warnings(manifest: Manifest, results: list[JobResult] | None = None) -> list[str]:
+    """Appendix A fits a series only with >= ``MIN_FIT_REVISIONS`` ok revisions: one warning per
+    series below it — from the manifest (before probing), or from ``results`` (after)."""
+    out = []
+    for s in manifest.series:
+        endpoint = s.name in SERIES and SERIES[s.name].endpoint_only is not None
+        if results is None:
+            n, what = len(s.revisions), "revision(s) in the manifest"
+        else:
+            n = sum(r.series == s.name and r.status in ("ok", "skipped") for r in results)
+            what = "ok revision(s) after this run (failed and duplicate revisions do not count)"
+            if n >= MIN_FIT_REVISIONS or len(s.revisions) < MIN_FIT_REVISIONS:
+                continue  # a series short from the start was warned about up front
+        if n < MIN_FIT_REVISIONS:
+            why = " (an endpoint-only series: by design)" if endpoint else ""
+            out.append(f"[extension] warning: series {s.name} has {n} {what}; Appendix A fits a slope only "
+                       f"for series with >= {MIN_FIT_REVISIONS} ok revisions, so it will not be fitted{why}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -178,6 +208,8 @@ def probe_checkpoints(manifest: Manifest, settings: ExtensionSettings, text: str
         write_manifest(manifest, save_manifest)
     n_revs = sum(len(s.revisions) for s in manifest.series)
     print(f"[extension] {len(manifest.series)} series, {n_revs} revisions -> {store_uri}")
+    for line in fit_warnings(manifest):
+        print(line, file=sys.stderr, flush=True)
     probe = replace(settings.probe, store=store_uri)
     started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
     try:
@@ -188,5 +220,7 @@ def probe_checkpoints(manifest: Manifest, settings: ExtensionSettings, text: str
     finally:
         if started:
             ray.shutdown()
-    print(format_summary(summarize(results), results))
+    print(format_summary(summarize(results), results), flush=True)
+    for line in fit_warnings(manifest, results):
+        print(line, file=sys.stderr, flush=True)
     return results

@@ -55,9 +55,15 @@ def done_revisions(store: Store) -> set[tuple[str, str]]:
 
 @ray.remote(max_restarts=-1, max_task_retries=TASK_RETRIES)
 class ProbeActor:
-    """Probes revisions one at a time and writes each one's rows to the store."""
+    """Probes revisions one at a time and writes each one's rows to the store.
 
-    def __init__(self, settings: ProbeSettings, text: str) -> None:
+    Its constructor takes only the small settings (inlined in the creation task): an
+    object-store argument to a restartable actor makes Ray log an error-level line on
+    every run. The probe text travels with each ``probe`` call instead, as an object
+    ref that Ray resolves (put once by the pool, kept alive by it across restarts).
+    """
+
+    def __init__(self, settings: ProbeSettings) -> None:
         load_plugins(settings.plugins)  # the driver's registrations, in this process too
         from transformers.utils import logging as hf_logging
 
@@ -65,15 +71,15 @@ class ProbeActor:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         torch.set_num_threads(max(1, settings.threads))
         self.settings = settings
-        self.text = text
         self.store = Store(settings.store)
         gpu = bool(ray.get_gpu_ids()) and torch.cuda.is_available()
         self.device = torch.device("cuda" if gpu else "cpu")
 
-    def probe(self, job: Job) -> JobResult:
+    def probe(self, job: Job, text: str) -> JobResult:
+        """Probe ``job`` on ``text`` (the probe text) and write its rows; a failure is recorded, not raised."""
         t0 = time.perf_counter()
         try:
-            layers = probe_revision(job, self.text, self.settings, self.device)
+            layers = probe_revision(job, text, self.settings, self.device)
             rows, status, reason = checkpoint_rows(job, layers), "ok", None
         except Exception as exc:  # any failure of one revision is recorded, not raised
             reason = f"{type(exc).__name__}: {exc}"[:2000]
@@ -96,7 +102,7 @@ class Pool:
     gpus_per_actor: float | None = None  # None: 0.25 when the cluster has GPUs, else 0
     max_attempts: int = 2
     actors: list = field(default_factory=list, init=False)
-    _text_ref: Any = field(default=None, init=False, repr=False)  # kept: restarted actors re-read it
+    _text_ref: Any = field(default=None, init=False, repr=False)  # the probe text, passed with every probe call
 
     def start(self) -> Pool:
         self.settings = replace(self.settings, store=absolute_uri(self.settings.store))
@@ -104,7 +110,7 @@ class Pool:
         self._text_ref = ray.put(self.text)
         options = {"num_cpus": self.settings.cpus or self.settings.threads, "num_gpus": gpus}
         self.actors = [
-            ProbeActor.options(**options).remote(self.settings, self._text_ref) for _ in range(self.n_actors)
+            ProbeActor.options(**options).remote(self.settings) for _ in range(self.n_actors)
         ]
         return self
 
@@ -141,7 +147,7 @@ class Pool:
         def submit(slot: int) -> None:
             if queue:
                 job = queue.popleft()
-                inflight[self.actors[slot].probe.remote(job)] = (job, slot)
+                inflight[self.actors[slot].probe.remote(job, self._text_ref)] = (job, slot)
 
         def finish(result: JobResult) -> None:
             results.append(result)
@@ -242,9 +248,28 @@ def summarize(results: list[JobResult]) -> dict[str, dict[str, int]]:
 
 
 def format_summary(summary: dict[str, dict[str, int]], results: list[JobResult]) -> str:
+    """The per-series table, the duplicates, then the closing summary (``closing_summary``)."""
     lines = [f"{'series':<16} {'done':>5} {'skipped':>8} {'failed':>7}"]
     lines += [f"{s:<16} {c['done']:>5} {c['skipped']:>8} {c['failed']:>7}" for s, c in summary.items()]
-    lines += [f"  failed {r.series}@{r.revision}: {r.reason}" for r in results if r.status == "failed"]
     lines += [f"  {r.series}@{r.revision}: same weights as another revision, {r.reason} "
               "(left out of Appendix A)" for r in results if r.status == "duplicate"]
+    return "\n".join(lines + [closing_summary(results)])
+
+
+def closing_summary(results: list[JobResult]) -> str:
+    """One line of totals — probed (this run / already in the store), failed, duplicates — then
+    each failed revision with the first line of its reason."""
+    failed = [r for r in results if r.status == "failed"]
+    skipped = sum(r.status == "skipped" for r in results)
+    probed = len(results) - len(failed)
+    dups = sum(r.status == "duplicate" for r in results)
+    lines = [f"[extension] {len(results)} revisions: probed {probed} ({probed - skipped} now, {skipped} already "
+             f"in the store), failed {len(failed)}, duplicates {dups}"]
+    lines += [f"  failed {r.series}@{r.revision}: {one_line(r.reason)}" for r in failed]
     return "\n".join(lines)
+
+
+def one_line(reason: str | None, width: int = 300) -> str:
+    """The first line of a failure reason, cut to ``width`` characters."""
+    text = (reason or "no reason recorded").strip().splitlines() or ["no reason recorded"]
+    return text[0] if len(text[0]) <= width else text[0][: width - 1] + "…"

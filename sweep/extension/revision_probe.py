@@ -10,6 +10,7 @@ windows (``probe_windows``) and returns one metrics dict per layer
 from __future__ import annotations
 
 import gc
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,14 +170,85 @@ def fetch_revision(repo: str, revision: str, cache_dir: str | None, retries: int
 
 
 def model_dir(job: Job, settings: ProbeSettings) -> str:
-    """Local folder of the job's model: its ``path``, or a hub snapshot."""
+    """Local folder of the job's model: its ``path`` (a hub-cache root resolved to its snapshot,
+    see ``resolve_snapshot``), or a hub snapshot."""
     if job.path is not None:
         if not Path(job.path).is_dir():
             raise RevisionError(f"local path does not exist: {job.path}")
-        return job.path
+        return resolve_snapshot(job.path, job.revision)
     if job.repo is None:
         raise RevisionError("revision has neither repo nor path")
     return fetch_revision(job.repo, job.revision, settings.hf_cache, allow_pickle=settings.allow_pickle)
+
+
+def resolve_snapshot(path: str, revision: str) -> str:
+    """``path`` itself, or — when it is a hub-cache root (``snapshots/<hash>/`` inside, no
+    ``config.json``) — the snapshot that ``refs/<revision>`` names, else its only snapshot.
+    Several snapshots and no matching ref: a ``RevisionError`` naming them."""
+    root = Path(path)
+    snapshots = root / "snapshots"
+    if (root / "config.json").is_file() or not snapshots.is_dir():
+        return path
+    found = sorted(d.name for d in snapshots.iterdir() if d.is_dir())
+    ref = root / "refs" / revision
+    if ref.is_file() and ref.read_text().strip() in found:
+        return str(snapshots / ref.read_text().strip())
+    if len(found) == 1:
+        return str(snapshots / found[0])
+    if not found:
+        raise RevisionError(f"{path} is a hub-cache root with no snapshot in {snapshots}")
+    raise RevisionError(f"{path} is a hub-cache root with {len(found)} snapshots ({', '.join(found)}) and "
+                        f"no refs/{revision}: give one {snapshots}/<hash> folder as the path")
+
+
+#: Files one of which (or one pair) ``AutoTokenizer`` needs: fast, sentencepiece, BPE, WordPiece, tiktoken.
+TOKENIZER_FILES: tuple[tuple[str, ...], ...] = (
+    ("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"), ("vocab.txt",), ("*.tiktoken",),
+)
+
+
+def has_tokenizer_files(folder: str) -> bool:
+    """Whether ``folder`` holds one of ``TOKENIZER_FILES`` (all of a group)."""
+    root = Path(folder)
+    return any(all(any(root.glob(name)) for name in group) for group in TOKENIZER_FILES)
+
+
+def check_revision(folder: str, job: Job, settings: ProbeSettings) -> Any:
+    """The cheap checks, before any weight is hashed or loaded; returns the model's config.
+
+    In order: ``config.json`` present and its ``model_type`` supported (refused from the
+    JSON alone, naming the supported ones); the probe windows fit the model's positions
+    and sliding-attention window; tokenizer files present (a hub revision may borrow
+    ``main``'s); weight files present (``weight_files``).
+    """
+    from transformers import AutoConfig
+
+    from metrics.hf_arch import UnsupportedArchitecture, adapter_for, attention_window
+
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        hint = " (a hub-cache root? give its snapshots/<hash> folder)" if (Path(folder) / "blobs").is_dir() else ""
+        raise RevisionError(f"no config.json in {folder}{hint}")
+    try:
+        model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        raise RevisionError(f"{path} is not a readable JSON object: {exc}") from None
+    try:
+        adapter_for(model_type)
+    except UnsupportedArchitecture as exc:
+        raise RevisionError(str(exc)) from None
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if limit is not None and settings.seq_len > limit:
+        raise RevisionError(f"seq_len {settings.seq_len} exceeds the model's {limit} positions")
+    window = attention_window(config)
+    if window is not None and settings.seq_len > window:
+        raise RevisionError(f"seq_len {settings.seq_len} exceeds the model's sliding-attention window {window}")
+    if not has_tokenizer_files(folder) and (job.repo is None or job.revision == "main"):
+        wanted = ", ".join(" + ".join(g) for g in TOKENIZER_FILES)
+        raise RevisionError(f"no tokenizer files in {folder} (need one of: {wanted})")
+    weight_files(folder, settings.allow_pickle)
+    return config
 
 
 def weight_files(folder: str, allow_pickle: bool = False) -> list[Path]:
@@ -222,12 +294,16 @@ def checkpoint_rows(job: Job, layers: list[dict[str, float]] | None, reason: str
 
 
 def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.device) -> list[dict[str, float]]:
-    """Fetch (or open), load, tokenize and probe one revision; free the model afterwards."""
+    """Fetch (or open), check, load, tokenize and probe one revision; free the model afterwards.
+
+    The cheap checks (``check_revision``) run before the weights are hashed or loaded.
+    """
     from transformers import AutoModelForCausalLM
 
-    from metrics.hf_probe import SUPPORTED_MODEL_TYPES, probe_hf_model
+    from metrics.hf_probe import probe_hf_model
 
     folder = model_dir(job, settings)
+    check_revision(folder, job, settings)
     files = weight_files(folder, settings.allow_pickle)
     digest = weights_sha256(files, allow_pickle=settings.allow_pickle)
     dtype = torch.float32  # on every device (SPEC §7): bf16 on CUDA moved pr_q − pr_k by up to ~2 %
@@ -235,11 +311,6 @@ def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.d
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
                                                      use_safetensors=files[0].suffix == ".safetensors")
-        if model.config.model_type not in SUPPORTED_MODEL_TYPES:
-            raise RevisionError(f"model_type {model.config.model_type!r} is not supported")
-        limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
-        if limit is not None and settings.seq_len > limit:
-            raise RevisionError(f"seq_len {settings.seq_len} exceeds the model's {limit} positions")
         tokenizer = load_tokenizer(folder, job, settings)
         ids = probe_windows(tokenizer, text, settings.n_seqs, settings.seq_len).to(device)
         model.to(device)
@@ -249,4 +320,3 @@ def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.d
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-

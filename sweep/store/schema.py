@@ -1,6 +1,7 @@
 """Arrow schemas of the store's three tables (SPEC §6).
 
-Every writer and reader uses these, so an all-null column keeps its type and
+The column names and their order come from ``metrics.columns`` (no Ray, no
+Arrow there), which ``metrics/`` reads too. Every writer and reader uses these, so an all-null column keeps its type and
 two runs written months apart concatenate cleanly. Bump ``SCHEMA_VERSION``
 when a column changes meaning; add columns at the end.
 """
@@ -8,6 +9,16 @@ when a column changes meaning; add columns at the end.
 from __future__ import annotations
 
 import pyarrow as pa
+
+# The column vocabulary lives below the Ray layer (metrics/ reads it too); re-exported here.
+from metrics.columns import (
+    ACTIVATION_METRICS,  # noqa: F401 (re-exported)
+    CHECKPOINT_METRICS,
+    EPOCH_METRICS,
+    LAYER_GRAD_METRICS,
+    LAYER_HEAD_METRICS,
+    LAYER_METRICS,
+)
 
 SCHEMA_VERSION = 1
 
@@ -24,47 +35,8 @@ RUN_IDENTITY: list[pa.Field] = [
     pa.field("intervention", pa.string(), nullable=False),
 ]
 
-#: Columns measured on a probe batch's activations (SPEC §4.1, §7), float64: the trainer's probe
-#: and the checkpoint probe both emit them, in this order.
-ACTIVATION_METRICS: tuple[str, ...] = (
-    "pr_q",
-    "pr_k",
-    "pr_q_minus_pr_k",
-    "qk_erank",
-    "attn_entropy",
-    "attn_top1",
-    "attn_erank",
-    "logit_std",
-)
-#: Per-layer geometry columns (SPEC §4.1), float64, in the order the probe emits them: the
-#: activation columns, then those of the Q/K weights.
-LAYER_METRICS: tuple[str, ...] = ACTIVATION_METRICS + (
-    "wq_erank",
-    "wk_erank",
-    "wq_erank_head",
-    "wk_erank_head",
-    "qk_alignment",
-    "wq_norm",
-    "wk_norm",
-)
-#: Per-layer gradient columns, filled by the trainer; null at epoch 0 (no step taken yet).
-LAYER_GRAD_METRICS: tuple[str, ...] = ("grad_norm_q", "grad_norm_k")
-
-#: Per-head columns (SPEC §4 "also reported per head"): a list<float64> per row, one value
-#: per head h = 0..n_head-1 (head h owns rows h*d_head:(h+1)*d_head of W_Q and W_K).
-#: ``qk_alignment_head[h]`` = mean over that head's rows i of |cos(W_Q[i,:], W_K[i,:])|;
-#: its mean over heads equals ``qk_alignment`` when no row is zero. Null in stores
-#: written before the column existed.
-LAYER_HEAD_METRICS: tuple[str, ...] = ("qk_alignment_head",)
-
-#: Run-level float columns per epoch; ``train_loss`` and ``grad_norm`` are null at epoch 0.
-EPOCH_METRICS: tuple[str, ...] = ("train_loss", "val_loss", "grad_norm", "wall_s", "tokens_per_s")
-
 #: Run status values: ``running`` while epochs remain, then ``completed`` or ``diverged``.
 STATUSES = ("running", "completed", "diverged")
-
-#: Columns the checkpoint probe measures (SPEC §7): the activation columns, no weights.
-CHECKPOINT_METRICS: tuple[str, ...] = ACTIVATION_METRICS
 
 LAYERS = pa.schema(
     RUN_IDENTITY

@@ -1,0 +1,49 @@
+"""metrics/columns.py: the store's column vocabulary below the Ray layer; the schemas built from it."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+from metrics.columns import CHECKPOINT_METRICS, CHECKPOINT_PROBE_ROW, LAYER_METRICS
+
+#: sha256 of each table's serialized Arrow schema before the vocabulary moved out of
+#: sweep/store/schema.py (commit 8e57fe5): the move changed no name, type or order.
+SCHEMA_SHA256 = {
+    "layers": "8ed34516532a7549045df15973d5a783266cbbfa97d65aea3d5369b443e12e35",
+    "epochs": "9104aa8aee43ff26569a3d89f21eaac74edbd255975996c30a61fe3f7029333e",
+    "checkpoints": "e3609540f4698b26fe3a7288e75c27d4e8b70d3ed4a98bd205cc48dff1276378",
+}
+
+
+def test_schemas_byte_identical_to_before_the_move() -> None:
+    from sweep.store.schema import SCHEMAS
+
+    got = {t: hashlib.sha256(s.serialize().to_pybytes()).hexdigest() for t, s in SCHEMAS.items()}
+    assert got == SCHEMA_SHA256
+
+
+def test_vocabulary_imports_without_ray_arrow_or_torch() -> None:
+    code = ("import sys, metrics.columns; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'pyarrow', 'torch', 'sweep'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_checkpoint_probe_rows_use_the_vocabulary() -> None:
+    import torch
+    import transformers as tf
+
+    from metrics.hf_arch import tiny_config
+    from metrics.hf_probe import probe_hf_model
+    from sweep.store.schema import CHECKPOINTS
+
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(tiny_config("llama"))
+    row = probe_hf_model(model, torch.randint(0, 100, (2, 8)))[0]
+    assert tuple(row) == CHECKPOINT_PROBE_ROW
+    assert set(CHECKPOINT_METRICS) <= set(CHECKPOINTS.names) and set(CHECKPOINT_METRICS) <= set(LAYER_METRICS)
+    import metrics.hf_probe
+
+    assert not hasattr(metrics.hf_probe, "_COLUMNS")
