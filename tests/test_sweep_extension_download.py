@@ -30,7 +30,6 @@ from huggingface_hub.errors import (
 )
 from safetensors.torch import load_file
 
-import sweep.extension.cli as extension_cli
 from sweep.extension.hub import transient_hub_error, with_hub_retries
 from sweep.extension.integrity import weights_sha256
 from sweep.store import Store
@@ -137,9 +136,8 @@ def test_extension_lists_downloads_and_probes_a_hub_series(pythia_repo, tmp_path
         proc = subprocess.run([sys.executable, "-m", "sweep.extension", *argv], cwd=ROOT, capture_output=True,
                               text=True, timeout=180, env=extension_env(hub.url, tmp_path))
     out = proc.stdout + proc.stderr
-    # A failed revision: exit 1 with issue 20.1's exit codes (sweep.extension.cli.exit_status, branch
-    # hf-probe), 0 before them. Once both branches are merged this is just ``== 1``.
-    assert proc.returncode == (1 if hasattr(extension_cli, "exit_status") else 0), out
+    assert proc.returncode == 1, out  # a failed revision: exit 1 (0 only when every revision was probed)
+    assert "probed 3" in proc.stdout and "failed 1" in proc.stdout, out  # the closing summary
 
     # the branches were listed (main is no step branch), the selection covers all four
     used = json.loads(manifest.read_text())["series"][0]["revisions"]
