@@ -5,7 +5,9 @@ weight seed and batch seed may differ. Each member is exactly its unpacked ``Tra
 the same initial weights (``build_model``), its own batch order (``BatchSampler``), AdamW
 state, gradient clipping (the global norm of its own gradients), losses, probe
 (``metrics.probe`` on that member alone) and ``EpochReport`` rows. A member whose loss turns
-non-finite is marked diverged and stops updating; the others go on.
+non-finite is marked diverged at the same check as its unpacked run, reported once and no
+more; the others go on. Its weights (non-finite from that step on) still ride along in the
+batched step: nothing crosses between members, and dropping it would not shorten the step.
 
 How: the members' weights are stacked with a leading member dimension
 (``torch.func.stack_module_state``) and the one ``GPT`` definition runs over them with
@@ -191,7 +193,6 @@ class PackedTrainer:
         self.wall_s = [0.0] * K
         self.statuses: list[Status] = ["running"] * K
         self.reporting: list[int] = []
-        self._frozen: dict[int, dict[str, Tensor]] = {}  # diverged member → its weights when it stopped
 
     # -- state ------------------------------------------------------------------
 
@@ -228,15 +229,11 @@ class PackedTrainer:
         for i, status in enumerate(self.statuses):
             if status == "completed" and self.epoch < self.cfg.epochs:
                 self.statuses[i] = "running"  # a finished pack extended to more epochs continues
-        self._frozen = {i: self._snapshot(i) for i, s in enumerate(self.statuses) if s == "diverged"}
 
     def member_model(self, i: int) -> GPT:
         """A plain GPT holding a copy of member i's current weights."""
         return _copy_with(self._skeleton, {n: t.detach()[i].clone() for n, t in self.params.items()},
                           requires_grad=True)
-
-    def _snapshot(self, i: int) -> dict[str, Tensor]:
-        return {n: t.detach()[i].clone() for n, t in self.params.items()}
 
     # -- measurement ------------------------------------------------------------
 
@@ -245,8 +242,12 @@ class PackedTrainer:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
-    def _member_val_loss(self, params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
-        return functional_call(self.template, params, (x, y))[1]
+    def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Every member's plain ``GPT.forward``, batched: x, y [K, B, T] (or [B, T], one batch for
+        all) → logits [K, B, T, vocab], mean cross-entropy [K]."""
+        dim = 0 if x.dim() == 3 else None
+        return torch.vmap(lambda p, xx, yy: functional_call(self.template, p, (xx, yy)),
+                          in_dims=(0, dim, dim))(self.params, x, y)
 
     @torch.no_grad()
     def val_losses(self) -> list[float]:
@@ -256,8 +257,7 @@ class PackedTrainer:
         bs = self.cfg.batch_size
         for i in range(0, len(self.val_x), bs):
             with self._autocast():
-                loss = torch.vmap(self._member_val_loss, in_dims=(0, None, None))(
-                    self.params, self.val_x[i:i + bs], self.val_y[i:i + bs])  # (K,)
+                _, loss = self.forward(self.val_x[i:i + bs], self.val_y[i:i + bs])  # (K,)
             total += loss.double()
         self.template.train()
         return (total / math.ceil(len(self.val_x) / bs)).tolist()
@@ -316,7 +316,6 @@ class PackedTrainer:
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
             self.interventions[0].after_step_packed(self.interventions, self.params, self.models)
-            self._restore_frozen()
             loss_sum += loss.detach().double()
             self.step += 1
             for i in live:
@@ -326,7 +325,6 @@ class PackedTrainer:
                 for i in [i for i in live if not finite[i]]:
                     results[i] = None
                     live.discard(i)
-                    self._frozen[i] = self._snapshot(i)
                 if not live:
                     break
         n = self.steps_per_epoch
@@ -334,13 +332,6 @@ class PackedTrainer:
             results[i] = ((loss_sum[i] / n).item(), (norm_sum[i] / n).item(),
                           (qk_sum[i] / n).view(-1, 2).cpu())
         return {i: results[i] for i in running}
-
-    @torch.no_grad()
-    def _restore_frozen(self) -> None:
-        """Diverged members stop updating: put back their weights as they were when they stopped."""
-        for i, weights in self._frozen.items():
-            for name, t in self.params.items():
-                t[i].copy_(weights[name])
 
     def run(self, on_epoch: Callable[[int, EpochReport], None] | None = None) -> list[Status]:
         """Train to ``cfg.epochs`` from wherever the state is; returns every member's final status."""
