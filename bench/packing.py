@@ -146,7 +146,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ks", default="1,3,6", help="pack sizes for the throughput comparison")
     p.add_argument("--count-ks", default="1,3,12,36", help="pack sizes for the dispatch counts")
     p.add_argument("--steps", type=int, default=4, help="steps per timed round")
-    p.add_argument("--rounds", type=int, default=6, help="timed rounds")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds")
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     p.add_argument("--quick", action="store_true", help="K = 1, 3 timed; counts at K = 3, 12; fewer rounds")
     p.add_argument("--tiny", action="store_true", help="smoke-test size: seconds")
