@@ -149,8 +149,6 @@ class PackedTrainer:
         if self.amp_dtype == torch.float16 and K > 1:
             raise ValueError("fp16 autocast: the GradScaler would skip the step of the whole pack when one member "
                              "overflows; use amp bf16 or off, or train unpacked")
-        if cfg.compile and self.device.type == "cuda":
-            raise ValueError("TrainConfig.compile is not supported in a pack yet; use compile=False")
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.steps_per_epoch = cfg.steps_per_epoch or len(corpus.train) // (cfg.batch_size * model_cfg.context)
         if self.steps_per_epoch <= 0:
@@ -174,6 +172,8 @@ class PackedTrainer:
         self._graph_intervention.setup(self.template)
         self._loss_module = _LossAndExtra(self.template, self._graph_intervention)
         self._prefixed = {f"model.{n}": t for n, t in self.params.items()}
+        losses = torch.vmap(self._member_losses)  # (params, x [K, B, T], y) → loss, loss + extra: [K] each
+        self._losses = torch.compile(losses) if cfg.compile and self.device.type == "cuda" else losses
 
         splits = [split_params(m, iv.trainable) for m, iv in zip(self.models, self.interventions, strict=True)]
         if any(s != splits[0] for s in splits):
@@ -300,13 +300,12 @@ class PackedTrainer:
         zero = torch.zeros(K, device=dev)
         trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
         results: dict[int, tuple[float, float, Tensor] | None] = {}
-        losses_fn = torch.vmap(self._member_losses)
         for step in range(self.steps_per_epoch):
             batches = [s.next() for s in self.samplers]
             x = torch.stack([b[0] for b in batches])  # (K, B, T)
             y = torch.stack([b[1] for b in batches])
             with self._autocast():
-                loss, total = losses_fn(self._prefixed, x, y)  # (K,), (K,)
+                loss, total = self._losses(self._prefixed, x, y)  # (K,), (K,)
             self.scaler.scale(total.sum()).backward()  # members share nothing: each gets its own gradient
             self.scaler.unscale_(self.optimizer)
             qk_sum += torch.stack([torch.linalg.vector_norm(self.params[n].grad.flatten(1), dim=1)
