@@ -72,6 +72,17 @@ def test_reducer_scaling_tiny() -> None:
         assert "peak_rss_delta_mb" in r and r["tracemalloc_peak_mb"] > 0
 
 
+def test_packing_tiny() -> None:
+    from bench import packing
+
+    out = packing.main(["--tiny"])
+    _check(out, {"dispatch", "throughput_ratio_geomean"})
+    (r,) = out["results"]
+    assert r["k"] == 2 and r["pack_tokens_per_s"] > 0 and r["unpacked_tokens_per_s"] > 0
+    for counts in out["dispatch"]:
+        assert counts["unpacked_ops_per_step"] > 0 and counts["packed"][0]["ops_per_member_step"] > 0
+
+
 @pytest.mark.ray
 def test_sweep_overhead_tiny(tmp_path: Path, ray_cluster) -> None:
     from bench import sweep_overhead

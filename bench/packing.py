@@ -1,0 +1,186 @@
+"""Benchmark 5: packed trials (model/pack.py) against the same runs unpacked, side by side.
+
+    python -m bench.packing [--depth 2] [--ks 1,3,6] [--count-ks 3,12,36] [--rounds 5] [--quick|--tiny]
+
+(a) Throughput. K Trainers (the unpacked runs: K inits/seeds) against one PackedTrainer of
+the same K members, at the demo shape (d_model 64, 4 heads, d_mlp 256, context 64, batch 16
+on stdlib-docs), K = 1, 3, 6. A round is ``train_epoch()`` of ``--steps`` steps on each of
+the K Trainers against one ``train_epoch()`` of the pack (no probe, no validation), alternated
+as in ``bench.common.alternate``; the ratio is tokens/s(pack) / tokens/s(unpacked) = time of
+the K Trainers / time of the pack, the median of the per-round ratios (CPU time with one
+thread, else wall time). On the CPU packing is expected to buy little: ``--pack auto`` picks 1
+there; the ratio is printed, not targeted.
+
+(b) Ops dispatched per member-step (a ``TorchDispatchMode`` counts every ATen op: the proxy
+for the launch-bound GPU step, whose time scales with the kernels it launches): an unpacked
+step against a packed one for K = 1, 3, 12, 36, divided by K. A step's count is the
+difference of ``train_epoch()`` at 3 and at 1 steps, halved (the per-epoch set-up cancels);
+it covers the batch draw, forward, backward, grad norms, clipping, AdamW and the
+intervention hooks. Counted twice: with the CPU's own attention kernel (under vmap it has no
+batching rule, so PyTorch loops over the members for it; CUDA's SDPA kernels have one) and
+with the math attention on both sides (the CUDA-like case). ``non_view`` leaves out view ops
+(no kernel on a GPU). Expect ≈ 1/K per member-step plus vmap's fixed cost.
+
+The ratio printed last is the packed/unpacked ops per member-step at the largest counted K
+(math attention), target ≤ 2/K.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import warnings
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from bench.common import (
+    alternate,
+    bench_corpus,
+    fmt_s,
+    machine,
+    med,
+    paired_ratio,
+    paired_spread,
+    print_ratio,
+    set_threads,
+)
+from bench.train_step import SIZES, Size, model_config
+from model.corpus import Corpus
+from model.gpt import GPTConfig
+from model.pack import Member, PackedTrainer
+from model.qk_init import QK_INITS
+from model.train import TrainConfig, Trainer
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the ATen ops dispatched inside it: ``total`` and ``non_view`` (ops that are not views)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+        self.non_view = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.total += 1
+        self.non_view += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+def members(k: int, size: Size, steps: int) -> list[Member]:
+    """K members: the init regimes in turn, weight and batch seeds 37 + i."""
+    inits = sorted(QK_INITS)
+    cfg = lambda seed: TrainConfig(lr=size.lr, batch_size=size.batch, epochs=1, steps_per_epoch=steps,  # noqa: E731
+                                   eval_batches=1, probe_seqs=16, device="cpu", seed=seed)
+    return [Member(inits[i % len(inits)], 37 + i, cfg(37 + i)) for i in range(k)]
+
+
+def unpacked(mcfg: GPTConfig, corpus: Corpus, ms: list[Member]) -> list[Trainer]:
+    return [Trainer(mcfg, m.train, corpus, m.qk_init, m.model_seed) for m in ms]
+
+
+def throughput(size: Size, mcfg: GPTConfig, corpus: Corpus, k: int, steps: int, rounds: int) -> dict[str, Any]:
+    """One pack of K against K unpacked Trainers, alternated round by round."""
+    ms = members(k, size, steps)
+    trainers, pack = unpacked(mcfg, corpus, ms), PackedTrainer(mcfg, ms, corpus)
+    sink: list[Any] = []
+    cpu: dict[str, list[float]] = {}
+    times = alternate({"unpacked": lambda: sink.extend(t.train_epoch() for t in trainers),
+                       "pack": lambda: sink.append(pack.train_epoch())}, rounds=rounds, warmup=1, cpu_times=cpu)
+    use_cpu = torch.get_num_threads() == 1
+    basis = cpu if use_cpu else times
+    tokens = k * steps * size.batch * size.context
+    ratio = paired_ratio(basis["unpacked"], basis["pack"])
+    out = {"k": k, "steps_per_round": steps, "rounds": rounds, "tokens_per_round": tokens,
+           "unpacked_s": times["unpacked"], "pack_s": times["pack"],
+           "unpacked_cpu_s": cpu["unpacked"], "pack_cpu_s": cpu["pack"],
+           "unpacked_tokens_per_s": tokens / med(basis["unpacked"]), "pack_tokens_per_s": tokens / med(basis["pack"]),
+           "ratio": ratio, "ratio_iqr": paired_spread(basis["unpacked"], basis["pack"]),
+           "ratio_basis": "cpu" if use_cpu else "wall"}
+    print(f"  K={k:2d}: {k} Trainers {fmt_s(med(basis['unpacked']) / steps)}/step "
+          f"({out['unpacked_tokens_per_s']:,.0f} tok/s)  pack {fmt_s(med(basis['pack']) / steps)}/step "
+          f"({out['pack_tokens_per_s']:,.0f} tok/s)  ratio {ratio:.3f} (IQR {out['ratio_iqr'][0]:.3f}–"
+          f"{out['ratio_iqr'][1]:.3f}, {out['ratio_basis']} time)", flush=True)
+    return out
+
+
+def ops_per_step(make: Callable[[int], Any]) -> tuple[float, float]:
+    """(all ops, non-view ops) of one training step: train_epoch at 3 steps minus at 1, halved."""
+    counts = []
+    for steps in (1, 3):
+        trainer = make(steps)
+        trainer.train_epoch()  # warm: lazy optimiser state, first-call paths
+        with OpCounter() as c:
+            trainer.train_epoch()
+        counts.append((c.total, c.non_view))
+    return (counts[1][0] - counts[0][0]) / 2, (counts[1][1] - counts[0][1]) / 2
+
+
+def dispatch_counts(size: Size, mcfg: GPTConfig, corpus: Corpus, ks: list[int], attention: str) -> dict[str, Any]:
+    """Ops per member-step, unpacked and packed, with the CPU's attention kernel or the math one."""
+    ctx = sdpa_kernel(SDPBackend.MATH) if attention == "math" else nullcontext()
+    with ctx:
+        one = ops_per_step(lambda steps: unpacked(mcfg, corpus, members(1, size, steps))[0])
+        rows = []
+        for k in ks:
+            total, non_view = ops_per_step(lambda steps, k=k: PackedTrainer(mcfg, members(k, size, steps), corpus))
+            rows.append({"k": k, "ops_per_step": total, "non_view_per_step": non_view,
+                         "ops_per_member_step": total / k, "non_view_per_member_step": non_view / k,
+                         "ratio": total / k / one[0], "non_view_ratio": non_view / k / one[1]})
+    print(f"  ops per member-step, {attention} attention: unpacked {one[0]:.0f} ({one[1]:.0f} non-view)")
+    for r in rows:
+        print(f"    packed K={r['k']:2d}: {r['ops_per_member_step']:7.1f} ({r['non_view_per_member_step']:6.1f} "
+              f"non-view) per member-step = {r['ratio']:.3f}× unpacked ({r['non_view_ratio']:.3f}× non-view); "
+              f"1/K = {1 / r['k']:.3f}", flush=True)
+    return {"attention": attention, "unpacked_ops_per_step": one[0], "unpacked_non_view_per_step": one[1],
+            "packed": rows}
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.packing", description=__doc__.split("\n\n")[0])
+    p.add_argument("--depth", type=int, default=2, help="layers (the demo's intervention depth)")
+    p.add_argument("--ks", default="1,3,6", help="pack sizes for the throughput comparison")
+    p.add_argument("--count-ks", default="1,3,12,36", help="pack sizes for the dispatch counts")
+    p.add_argument("--steps", type=int, default=4, help="steps per timed round")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    p.add_argument("--quick", action="store_true", help="K = 1, 3 timed; counts at K = 3, 12; fewer rounds")
+    p.add_argument("--tiny", action="store_true", help="smoke-test size: seconds")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse(argv)
+    threads = set_threads(args.threads)
+    size = SIZES["demo"]
+    if args.quick:
+        args.ks, args.count_ks, args.rounds, args.steps = "1,3", "3,12", 4, 2
+    if args.tiny:
+        size, args.depth, args.ks, args.count_ks, args.rounds, args.steps = SIZES["tiny"], 1, "2", "2", 2, 1
+    ks, count_ks = [int(k) for k in args.ks.split(",")], [int(k) for k in args.count_ks.split(",")]
+    corpus = bench_corpus(size.corpus)
+    mcfg = model_config(size, args.depth, corpus.vocab_size)
+    print(f"bench.packing: one pack of K vs K Trainers, {size.name} shape, depth {args.depth}, "
+          f"{threads} thread(s)", flush=True)
+    with warnings.catch_warnings():  # the CPU attention kernel's missing batching rule, said above
+        warnings.filterwarnings("ignore", message=".*batching rule.*")
+        results = [throughput(size, mcfg, corpus, k, args.steps, args.rounds) for k in ks]
+        counts = [dispatch_counts(size, mcfg, corpus, count_ks, attention) for attention in ("cpu", "math")]
+    largest = counts[1]["packed"][-1]
+    ratio = largest["ratio"]
+    target = f"<= 2/K = {2 / largest['k']:.3f} at K = {largest['k']}"
+    out = {"benchmark": "packing", "size": size.name, "depth": args.depth, "results": results,
+           "dispatch": counts, "ratio": ratio, "target": target, "met": ratio <= 2 / largest["k"],
+           "throughput_ratio_geomean": math.exp(sum(math.log(r["ratio"]) for r in results) / len(results)),
+           "machine": machine()}
+    print("  tokens/s pack / unpacked: " + ", ".join(f"K={r['k']} {r['ratio']:.3f}" for r in results))
+    print_ratio(f"packing ops per member-step packed/unpacked at K = {largest['k']} (math attention)", ratio, target)
+    return out
+
+
+if __name__ == "__main__":
+    main()
