@@ -23,7 +23,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from model.plugins import add_plugin_flag, preload
-from sweep.cli import DEFAULT_STORE, UsageError, add_pack_flags, at_least, pack_request, parser, run_cli
+from sweep.cli import (
+    DEFAULT_STORE,
+    UsageError,
+    add_pack_flags,
+    at_least,
+    pack_request,
+    parser,
+    run_cli,
+)
 from sweep.extension import ExtensionSettings, probe_checkpoints
 from sweep.extension.checkpoint_series import load_manifest
 from sweep.extension.revision_probe import ProbeSettings
