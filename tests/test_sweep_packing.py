@@ -79,3 +79,10 @@ def test_plan_text_names_trials_members_resources_and_steps() -> None:
     assert "trial   1: none L4, 12 runs: independent_xavier: 37,42,105,210 · " in text
     frame = plan_frame(plan)
     assert len(frame) == 36 and frame.groupby("trial").size().tolist() == [12, 12, 12]
+
+
+def test_compile_trains_unpacked() -> None:
+    plan, notes = plan_packs(PAPER.cells(), "auto", 1, packable=everything, compile=True)
+    assert {p.size for p in plan} == {1} and "--compile" in notes[0]
+    with pytest.raises(UsageError, match="--compile with --pack 4: packed trials do not compile yet"):
+        plan_packs(PAPER.cells(), 4, 1, packable=everything, compile=True)
