@@ -33,7 +33,15 @@ from sweep.cli import (
     plain_name,
 )
 from sweep.options import TrialOptions
-from sweep.packing import Pack, check_compile, check_pack, describe_plan, is_pack_config, plan_frame, plan_packs
+from sweep.packing import (
+    Pack,
+    check_compile,
+    check_pack,
+    describe_plan,
+    is_pack_config,
+    plan_frame,
+    plan_packs,
+)
 from sweep.presets import Preset
 from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
 from sweep.store import Store, StoreError, sweep_lock
