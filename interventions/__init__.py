@@ -5,7 +5,7 @@ Importing this package registers every condition: ``none`` (base),
 (projection after the step), ``freeze_k`` and ``freeze_q`` (not trained).
 """
 
-from interventions.base import CONTROL, REGISTRY, Intervention, make_intervention, register
+from interventions.base import CONTROL, REGISTRY, Intervention, make_intervention, packable_condition, register
 from interventions.freeze import FreezeK, FreezeQ
 from interventions.regularisers import (
     ForcedKContraction,
@@ -30,6 +30,7 @@ __all__ = [
     "KSpectrumClamp",
     "QKAlignReg",
     "make_intervention",
+    "packable_condition",
     "participation_ratio_f32",
     "qk_cos_loss",
     "register",

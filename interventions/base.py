@@ -12,10 +12,25 @@ The loop calls, in order:
 4. ``state_dict()`` / ``load_state_dict()`` with the run's checkpoint.
 
 The loop knows no intervention by name; the registry maps names to classes.
+
+Packed trials (``model/pack.py``, SPEC §5.1) train K runs of one condition as one
+batched computation. A condition runs packed only if its class declares
+``pack_aware = True`` (not inherited: a subclass that does not say so itself runs
+unpacked). Declaring it promises:
+
+- ``trainable`` gives the same answer for every member;
+- ``extra_loss`` and the forward hooks ``setup`` registers work under ``torch.vmap``: the
+  pack calls them on one extra instance, set up on a template model, inside the vmapped
+  forward, where weights and activations are one member's (batched underneath), so they
+  must not read state that differs between members;
+- per-member state (what ``setup`` records, ``after_step``, ``state_dict``) lives in each
+  member's own instance, set up on a plain GPT whose parameters are views of that member's
+  weights; ``after_step_packed`` runs them, and may be overridden to batch over members.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
@@ -32,6 +47,14 @@ class Intervention:
     #: metric → +1 / −1: the direction SPEC §5 predicts against the matched ``none`` run.
     #: The only copy: the reducer's confidence scores read it from here.
     predicted: ClassVar[dict[str, int]] = {}
+    #: Whether a packed trial may train this condition (module docstring); each class declares
+    #: it for itself, a subclass that does not is False.
+    pack_aware: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "pack_aware" not in cls.__dict__:
+            cls.pack_aware = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -52,6 +75,20 @@ class Intervention:
 
     def after_step(self, model: nn.Module) -> None:
         """Called after each optimiser step."""
+
+    @classmethod
+    def after_step_packed(cls, members: Sequence[Intervention], params: dict[str, Tensor],
+                          models: Sequence[nn.Module]) -> None:
+        """``after_step`` for a whole pack of K members, after its optimiser step.
+
+        members[i]: member i's instance; models[i]: a plain GPT whose parameters are views
+        of ``params[name][i]`` (params: name → [K, ...] stacked weights, as in
+        ``named_parameters``); in-place writes to either reach the pack. The default calls
+        each member's ``after_step``; override to batch over members. A member whose weights
+        turned non-finite must not raise: the pack marks it diverged at its next check.
+        """
+        for iv, model in zip(members, models, strict=True):
+            iv.after_step(model)
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -80,6 +117,17 @@ def register(cls: type[Intervention]) -> type[Intervention]:
         raise ValueError(f"intervention {cls.name!r} is already registered by {old.__module__}.{old.__qualname__}")
     REGISTRY[cls.name] = cls
     return cls
+
+
+def packable_condition(name: str) -> bool:
+    """Whether condition ``name`` may run in a packed trial (its class declares ``pack_aware``).
+
+    A sweep trains a condition for which this is False unpacked, one run per trial, and
+    prints one line saying so.
+    """
+    if name not in REGISTRY:
+        raise ValueError(f"unknown intervention {name!r}; valid: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name].pack_aware
 
 
 def make_intervention(name: str, **strengths: float) -> Intervention:

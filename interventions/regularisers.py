@@ -58,6 +58,7 @@ class ForcedKContraction(Intervention):
     """
 
     name: ClassVar[str] = "forced_k_contraction"
+    pack_aware: ClassVar[bool] = True
     predicted: ClassVar[dict[str, int]] = {"attn_entropy": -1, "logit_std": +1, "qk_erank": -1}
 
     lam: float = 0.05  # λ, weight of Σ_ℓ PR(K_ℓ)/d_model in the loss
@@ -125,6 +126,7 @@ class QKAlignReg(Intervention):
     """
 
     name: ClassVar[str] = "qk_align_reg"
+    pack_aware: ClassVar[bool] = True
     predicted: ClassVar[dict[str, int]] = {}
 
     lam: float = 1e-3  # λ, weight of Σ_ℓ (1 − mean_i cos) in the loss

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -24,6 +25,7 @@ class KSpectrumClamp(Intervention):
     """
 
     name: ClassVar[str] = "k_spectrum_clamp"
+    pack_aware: ClassVar[bool] = True
     predicted: ClassVar[dict[str, int]] = {"attn_entropy": +1, "logit_std": -1, "qk_erank": +1}
 
     def __post_init__(self) -> None:
@@ -48,6 +50,23 @@ class KSpectrumClamp(Intervention):
         clamped = (u * self.sigma0[:, None, :]) @ vh  # U·diag(σ⁽⁰⁾)·Vᵀ, (L, D, D)
         for w, new in zip(weights, clamped, strict=True):
             w.copy_(new)  # cast back to the parameter's dtype
+
+    @classmethod
+    @torch.no_grad()
+    def after_step_packed(cls, members: Sequence[Intervention], params: dict[str, Tensor],
+                          models: Sequence[nn.Module]) -> None:
+        """The clamp for K members at once: one SVD of [K, L, D, D]. A member whose W_K is
+        non-finite is left as it is (its loss is non-finite too: it will be marked diverged)."""
+        if any(iv.sigma0 is None for iv in members):
+            raise RuntimeError("k_spectrum_clamp: after_step_packed called before setup(model)")
+        stacked = [params[f"blocks.{layer}.attn.k_proj.weight"] for layer in range(len(models[0].blocks))]
+        w = torch.stack(stacked, dim=1).double()  # (K, L, D, D)
+        sigma0 = torch.stack([iv.sigma0 for iv in members])  # (K, L, D)
+        finite = torch.isfinite(w).flatten(1).all(dim=1)[:, None, None, None]  # (K, 1, 1, 1)
+        u, _, vh = torch.linalg.svd(torch.where(finite, w, 0.0), full_matrices=False)
+        clamped = torch.where(finite, (u * sigma0[..., None, :]) @ vh, w)  # U·diag(σ⁽⁰⁾)·Vᵀ
+        for layer, weight in enumerate(stacked):
+            weight.copy_(clamped[:, layer])
 
     def state_dict(self) -> dict[str, Any]:
         return {"sigma0": None if self.sigma0 is None else self.sigma0.cpu()}

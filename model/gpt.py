@@ -152,7 +152,9 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))  # (B, T, vocab)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+            # autocast's bf16/fp16 logits go up to float32; a float64 model keeps float64
+            loss = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)).flatten(0, 1),
+                                   targets.flatten())
         return logits, loss
 
     def probe(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None, list[AttentionTrace]]:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from metrics.probe import probe_layers
 from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, load_corpus, probe_batch
@@ -94,6 +94,68 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype ``TrainConfig.amp`` means on ``device`` (None: full precision).
+
+    On CUDA it also allows TF32 matmuls, as every run there does."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if device.type != "cuda" or amp == "off":
+        return None
+    if amp == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if amp == "bf16" else torch.float16
+
+
+def split_params(model: nn.Module, trainable: Callable[[str, nn.Parameter], bool]
+                 ) -> tuple[list[str], list[str], list[str]]:
+    """Parameter names (``named_parameters`` order, the tied head once): (decayed, not decayed, frozen).
+
+    AdamW decays matrices and embeddings, not biases or LayerNorm gains (SPEC §3); a parameter
+    for which ``trainable`` (the intervention's hook) says False is frozen: kept out of both."""
+    decay, no_decay, frozen = [], [], []
+    for name, p in model.named_parameters():
+        if not trainable(name, p):
+            frozen.append(name)
+        else:
+            (decay if p.dim() >= 2 else no_decay).append(name)
+    return decay, no_decay, frozen
+
+
+def make_adamw(decay: list[Tensor], no_decay: list[Tensor], cfg: TrainConfig,
+               device: torch.device) -> torch.optim.Optimizer:
+    """The recipe's AdamW: weight decay on ``decay`` only; fused on CUDA."""
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
+
+
+def epoch_report(model: nn.Module, probe_x: Tensor, epoch: int, status: Status, *,
+                 train_loss: float | None, val_loss: float, grad_norm: float | None, grad_qk: Tensor | None,
+                 tokens_seen: int, wall_s: float, tokens_epoch: int, epoch_wall: float | None) -> EpochReport:
+    """One run's report after an epoch (or at initialisation): the probe of ``model`` on
+    ``probe_x`` [B, T] plus the run-level columns. grad_qk: [L, 2] mean q/k gradient norms."""
+    layers = probe_layers(model, probe_x)
+    for i, row in enumerate(layers):
+        row["grad_norm_q"] = None if grad_qk is None else grad_qk[i, 0].item()
+        row["grad_norm_k"] = None if grad_qk is None else grad_qk[i, 1].item()
+    run = {
+        "train_loss": train_loss, "val_loss": val_loss, "grad_norm": grad_norm,
+        "tokens_seen": tokens_seen, "wall_s": wall_s,
+        "tokens_per_s": None if not epoch_wall else tokens_epoch / epoch_wall,
+        "status": status,
+    }
+    return EpochReport(epoch, status, run, layers)
+
+
+def diverged_report(epoch: int, tokens_seen: int, wall_s: float) -> EpochReport:
+    """The one report of the epoch in which a run's loss turned non-finite (no probe)."""
+    run = {"train_loss": float("nan"), "val_loss": None, "grad_norm": None,
+           "tokens_seen": tokens_seen, "wall_s": wall_s, "tokens_per_s": None, "status": "diverged"}
+    return EpochReport(epoch, "diverged", run, [])
+
+
 class Trainer:
     """A single run: model, optimiser, data order and the per-epoch probe."""
 
@@ -127,17 +189,8 @@ class Trainer:
     # -- set-up -----------------------------------------------------------------
 
     def _setup_precision(self) -> None:
-        amp = self.cfg.amp
-        if self.device.type != "cuda" or amp == "off":
-            self.amp_dtype = None
-        elif amp == "auto":
-            self.amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        else:
-            self.amp_dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+        self.amp_dtype = resolve_amp(self.cfg.amp, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
-        if self.device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
 
     def _autocast(self):
         if self.amp_dtype is None:
@@ -145,16 +198,11 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
-        decay, no_decay = [], []
-        for name, p in self.model.named_parameters():
-            if not self.intervention.trainable(name, p):
-                p.requires_grad_(False)
-                continue
-            (decay if p.dim() >= 2 else no_decay).append(p)
-        groups = [{"params": decay, "weight_decay": self.cfg.weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
-        fused = self.device.type == "cuda"
-        return torch.optim.AdamW(groups, lr=self.cfg.lr, betas=(self.cfg.beta1, self.cfg.beta2), fused=fused)
+        decay, no_decay, frozen = split_params(self.model, self.intervention.trainable)
+        named = dict(self.model.named_parameters())
+        for name in frozen:
+            named[name].requires_grad_(False)
+        return make_adamw([named[n] for n in decay], [named[n] for n in no_decay], self.cfg, self.device)
 
     # -- state ------------------------------------------------------------------
 
@@ -201,18 +249,11 @@ class Trainer:
 
     def _report(self, train_loss: float | None, grad_norm: float | None,
                 grad_qk: Tensor | None, epoch_wall: float | None) -> EpochReport:
-        layers = probe_layers(self.model, self.probe_x)
-        for i, row in enumerate(layers):
-            row["grad_norm_q"] = None if grad_qk is None else grad_qk[i, 0].item()
-            row["grad_norm_k"] = None if grad_qk is None else grad_qk[i, 1].item()
         tokens_epoch = self.steps_per_epoch * self.cfg.batch_size * self.model_cfg.context
-        run = {
-            "train_loss": train_loss, "val_loss": self.val_loss(), "grad_norm": grad_norm,
-            "tokens_seen": self.tokens_seen, "wall_s": self.wall_s,
-            "tokens_per_s": None if not epoch_wall else tokens_epoch / epoch_wall,
-            "status": self.status,
-        }
-        return EpochReport(self.epoch, self.status, run, layers)
+        return epoch_report(self.model, self.probe_x, self.epoch, self.status, train_loss=train_loss,
+                            val_loss=self.val_loss(), grad_norm=grad_norm, grad_qk=grad_qk,
+                            tokens_seen=self.tokens_seen, wall_s=self.wall_s, tokens_epoch=tokens_epoch,
+                            epoch_wall=epoch_wall)
 
     # -- the loop ---------------------------------------------------------------
 
@@ -266,10 +307,7 @@ class Trainer:
             self.epoch += 1
             if result is None:
                 self.status = "diverged"
-                run = {"train_loss": float("nan"), "val_loss": None, "grad_norm": None,
-                       "tokens_seen": self.tokens_seen, "wall_s": self.wall_s,
-                       "tokens_per_s": None, "status": self.status}
-                on_epoch(EpochReport(self.epoch, self.status, run, []))
+                on_epoch(diverged_report(self.epoch, self.tokens_seen, self.wall_s))
                 break
             if self.epoch == self.cfg.epochs:
                 self.status = "completed"
