@@ -265,7 +265,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
             results = tuner.fit()
         wall = time.perf_counter() - t0
         summary = summarize(results)
-        print_summary(name, summary, wall, store_uri, path)
+        print_summary(name, summary, wall, store_uri, path, trials=len(results))
         return summary
     finally:
         if started:
@@ -286,11 +286,13 @@ def summarize(results) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["condition", "init", "depth", "seed"], ignore_index=True)
 
 
-def print_summary(name: str, summary: pd.DataFrame, wall: float, store: str, experiment: str) -> None:
+def print_summary(name: str, summary: pd.DataFrame, wall: float, store: str, experiment: str,
+                  trials: int | None = None) -> None:
     shown = summary.copy()
     if shown["condition"].nunique() == 1:
         shown = shown.drop(columns="condition")
-    print(f"\n[{name}] {len(summary)} trials in {wall:.0f} s; status: "
+    packed = f"{len(summary)} runs in {trials} trials" if trials not in (None, len(summary)) else None
+    print(f"\n[{name}] {packed or f'{len(summary)} trials'} in {wall:.0f} s; status: "
           + ", ".join(f"{k} {v}" for k, v in summary["status"].value_counts().items()))
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     print(f"\nstore:       {store}")

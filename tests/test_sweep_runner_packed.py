@@ -63,6 +63,16 @@ def test_dry_run_packs_the_paper_interventions_into_six_packs_of_five(gpu_ray, t
     _nothing_written(tmp_path)
 
 
+def test_dry_run_runs_a_condition_that_is_not_pack_aware_unpacked(gpu_ray, registries, tmp_path, capsys):
+    plan = interventions.main(["--preset", "paper", "--dry-run", "--plugin", "tests.plugin_toy",
+                               "--conditions", "none,plugin_freeze_v", *dirs(tmp_path, "plan")])
+    out = capsys.readouterr().out
+    assert plan.groupby("condition")["trial"].nunique().to_dict() == {"none": 1, "plugin_freeze_v": 5}
+    note = "condition plugin_freeze_v is not pack-aware: its runs train unpacked, one per trial"
+    assert out.count(note) == 1, out
+    _nothing_written(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def stores(gpu_ray, tmp_path_factory):
     """The grid unpacked (--pack 1) and packed (auto: one trial), the packed trial killed once."""
