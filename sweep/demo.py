@@ -95,7 +95,7 @@ def _main(args: argparse.Namespace) -> None:
     for grid in (BASELINE_PRESETS[preset], interventions):
         check_pack("--pack", pack, grid.cells())  # before Ray starts
     t0 = time.perf_counter()
-    init_ray(args.address, args.num_cpus)
+    started = init_ray(args.address, args.num_cpus)  # a Ray already running is used and left running
     try:
         print(f"== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
         run_sweep(BASELINE_PRESETS[preset],
@@ -112,7 +112,8 @@ def _main(args: argparse.Namespace) -> None:
         # uses the Ray started above and leaves it running
         probe_checkpoints(load_manifest(manifest, require_paths=True), extension)
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
     print(f"\n== 4/4 report (preset {preset} only) · {_elapsed(t0)} ==", flush=True)
     write_report(args.store, out, preset=preset)
     print(f"\n{'quick demo' if args.quick else 'demo'} finished in {format_duration(time.perf_counter() - t0)}")
