@@ -9,7 +9,8 @@ and the paper grid's projected wall time on one GPU for each.
 Variants (paper size: d_model 256, 4 heads, d_mlp 1024, context 128, batch 64, synthetic corpus of
 1758 symbols; depth 6, the mean of the baseline's 4/6/8; bf16 autocast):
 
-- ``unpacked``: today's design, one ``Trainer`` in one process, eager;
+- ``unpacked`` / ``unpacked_compile``: today's design, one ``Trainer`` in one process, eager /
+  ``torch.compile``;
 - ``packK`` / ``packK_compile`` (K = 1, 4, 12, 36): one ``model.pack.PackedTrainer`` of K members
   (three inits, seeds mixed), eager / ``torch.compile``;
 - ``procs4`` / ``procs4_mps``: four processes, one ``Trainer`` each, training at once on the GPU;
@@ -38,6 +39,7 @@ DEPTH = 6
 PACK_SIZES = (1, 4, 12, 36)
 VARIANTS: dict[str, dict[str, Any]] = {
     "unpacked": {"kind": "trainer", "k": 1, "compile": False},
+    "unpacked_compile": {"kind": "trainer", "k": 1, "compile": True},
     **{f"pack{k}": {"kind": "pack", "k": k, "compile": False} for k in PACK_SIZES},
     **{f"pack{k}_compile": {"kind": "pack", "k": k, "compile": True} for k in PACK_SIZES},
     "procs4": {"kind": "procs", "k": 4, "compile": False},
