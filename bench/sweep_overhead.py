@@ -126,7 +126,7 @@ def through_ray(preset: Preset, cpus_per_trial: int, num_cpus: int, workdir: Pat
     log = workdir / "ray_sweep.log"
     trial = TrialOptions(str(workdir / "store"), str(workdir / "ray"), cpus_per_trial=cpus_per_trial,
                          gpus_per_trial=0)
-    settings = SweepSettings("bench", trial, num_cpus=num_cpus, max_failures=0)
+    settings = SweepSettings("bench", trial, num_cpus=num_cpus, max_failures=0, pack=1)  # a trial per run
     t0 = time.perf_counter()
     with open(log, "w") as f:
         redirect = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(f)

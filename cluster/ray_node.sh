@@ -8,6 +8,16 @@
 #                                           RAY_AUTH_MODE=token ray start --head --dashboard-host=127.0.0.1 …
 #   cluster/ray_node.sh worker ADDR [ray start …]   needs the head's token already on this node, then
 #                                           RAY_AUTH_MODE=token ray start --address=ADDR …
+#   cluster/ray_node.sh mps-start | mps-stop  the CUDA MPS control daemon of this node (head and
+#                                           worker run mps-start before `ray start`)
+#
+# CUDA MPS: Ray's fractional GPUs are bookkeeping only; without MPS the processes of several
+# trials on one GPU time-slice it, with MPS their kernels overlap (issue 23: packs on one GPU).
+# On a node with an NVIDIA GPU, head and worker start `nvidia-cuda-mps-control -d` when it is
+# installed (and keep one already running); otherwise, or with QKGEOM_MPS=0, they print one line
+# saying why not. The pipe and log folders are CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY
+# (default /tmp/nvidia-mps-$USER and /tmp/nvidia-mps-log-$USER), exported to `ray start`, so
+# every trial process finds the daemon.
 #
 # Ray 2.60's `ray start --head` turns token authentication on only when a token
 # already exists (ray/scripts/scripts.py: maybe_enable_token_auth_if_token_available)
@@ -28,6 +38,38 @@ token_path="${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}"
 lock="$src/requirements.lock"  # the one lock of tested versions (make demo, make test, CI, every node)
 
 die() { echo "ray_node.sh: $*" >&2; exit 1; }
+
+export CUDA_MPS_PIPE_DIRECTORY="${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps-${USER:-$(id -un)}}"
+export CUDA_MPS_LOG_DIRECTORY="${CUDA_MPS_LOG_DIRECTORY:-/tmp/nvidia-mps-log-${USER:-$(id -un)}}"
+
+has_gpu() { command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2> /dev/null | grep -q '^GPU'; }
+mps_running() { echo get_server_list | nvidia-cuda-mps-control > /dev/null 2>&1; }
+
+start_mps() {  # one line, whatever happens; never fails the node
+    if [[ "${QKGEOM_MPS:-1}" == 0 ]]; then
+        echo "ray_node.sh: CUDA MPS not started (QKGEOM_MPS=0): trials sharing a GPU time-slice it"
+    elif ! has_gpu; then
+        echo "ray_node.sh: no NVIDIA GPU on this node: CUDA MPS not started"
+    elif ! command -v nvidia-cuda-mps-control > /dev/null 2>&1; then
+        echo "ray_node.sh: CUDA MPS not available (no nvidia-cuda-mps-control): trials sharing a GPU time-slice it"
+    elif mps_running; then
+        echo "ray_node.sh: CUDA MPS already running (pipe $CUDA_MPS_PIPE_DIRECTORY)"
+    else
+        mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+        if nvidia-cuda-mps-control -d; then
+            echo "ray_node.sh: CUDA MPS started (pipe $CUDA_MPS_PIPE_DIRECTORY): trials sharing a GPU overlap"
+        else
+            echo "ray_node.sh: CUDA MPS failed to start (see $CUDA_MPS_LOG_DIRECTORY): trials sharing a GPU time-slice it"
+        fi
+    fi
+}
+
+stop_mps() {  # after Ray has stopped: `quit` waits for the daemon's clients to exit
+    if command -v nvidia-cuda-mps-control > /dev/null 2>&1 && mps_running; then
+        echo quit | nvidia-cuda-mps-control && echo "ray_node.sh: CUDA MPS stopped"
+    fi
+    return 0
+}
 
 check_pins() {  # every pinned package installed at its pinned version
     "$venv/bin/python" - "$lock" <<'EOF'
@@ -94,6 +136,7 @@ start_head() {
         rm -rf "$tmp"
     fi
     chmod 600 "$token_path"
+    start_mps
     RAY_AUTH_MODE=token exec "$ray" start --head --dashboard-host=127.0.0.1 "$@"
 }
 
@@ -103,6 +146,7 @@ start_worker() {
     ray="$(ray_bin)"
     [[ -s "$token_path" ]] || die "no Ray auth token at $token_path: copy the head's ~/.ray/auth_token here"
     chmod 600 "$token_path"
+    start_mps
     RAY_AUTH_MODE=token exec "$ray" start --address="$address" "$@"
 }
 
@@ -111,5 +155,7 @@ case "$cmd" in
     setup) setup "$@" ;;
     head) start_head "$@" ;;
     worker) start_worker "$@" ;;
-    *) die "usage: ray_node.sh {setup|head|worker HEAD_IP:PORT} [ray start args]" ;;
+    mps-start) start_mps ;;
+    mps-stop) stop_mps ;;
+    *) die "usage: ray_node.sh {setup|head|worker HEAD_IP:PORT|mps-start|mps-stop} [ray start args]" ;;
 esac

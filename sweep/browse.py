@@ -2,7 +2,8 @@
 
 Lists every trial (status, cell, epochs done, last metrics) from Tune's own
 experiment state via ``tune.ExperimentAnalysis``; ``--trial`` shows one
-trial's per-epoch history. EXPERIMENT is an experiment folder (local or
+trial's per-epoch history (a pack's: one row per member and epoch). A pack's
+row lists its members' inits and seeds and its size (``pack``). EXPERIMENT is an experiment folder (local or
 ``s3://``); by default the most recently changed one under ``--storage``.
 """
 
@@ -16,7 +17,7 @@ import pandas as pd
 from sweep.cli import UsageError, existing_path, parser, run_cli
 
 CELL_COLUMNS = {"config/cell/intervention": "condition", "config/cell/init": "init",
-                "config/cell/depth": "depth", "config/cell/seed": "seed"}
+                "config/cell/depth": "depth", "config/cell/seed": "seed", "config/cell/pack": "pack"}
 METRIC_COLUMNS = ["epoch", "status", "val_loss", "qk_alignment", "pr_q", "pr_k", "attn_entropy"]
 
 
@@ -36,6 +37,8 @@ def trials_table(analysis) -> pd.DataFrame:
     status = {t.trial_id: t.status for t in analysis.trials}
     table = last.rename(columns=CELL_COLUMNS)
     table.insert(0, "tune_status", table["trial_id"].map(status))
+    if "pack" in table.columns:  # unpacked trials of a sweep with packs: one run each
+        table["pack"] = table["pack"].fillna(1).astype(int)
     cols = ["trial_id", "tune_status", *CELL_COLUMNS.values(), *METRIC_COLUMNS]
     table = table[[c for c in cols if c in table.columns]]
     return table.sort_values([c for c in ("condition", "init", "depth", "seed") if c in table.columns],
@@ -43,14 +46,30 @@ def trials_table(analysis) -> pd.DataFrame:
 
 
 def trial_history(analysis, trial: str) -> pd.DataFrame:
-    """Per-epoch results of the trial whose id or name matches ``trial``."""
+    """Per-epoch results of the trial whose id or name matches ``trial`` (a pack's: per member)."""
     for t in analysis.trials:
         if trial in (t.trial_id, str(t)):
             frame = analysis.trial_dataframes[t.trial_id]
+            if "members" in t.config["cell"]:
+                return member_history(frame, t.config["cell"]["members"])
             return frame[[c for c in ["training_iteration", *METRIC_COLUMNS, "train_loss", "tokens_per_s"]
                           if c in frame.columns]]
     names = ", ".join(f"{t.trial_id} ({t})" for t in analysis.trials)
     raise UsageError(f"--trial {trial!r}: no such trial; trials: {names}")
+
+
+def member_history(frame: pd.DataFrame, members: list[dict]) -> pd.DataFrame:
+    """A pack's history, one row per (member, reported epoch): init, seed and the member's own metrics."""
+    parts = []
+    for i, m in enumerate(members):
+        cols = {c: c.split("/", 2)[2] for c in frame.columns if c.startswith(f"members/{i}/")}
+        part = frame[list(cols)].rename(columns=cols)
+        part.insert(0, "seed", m["seed"])
+        part.insert(0, "init", m["init"])
+        parts.append(part)
+    table = pd.concat(parts, ignore_index=True)
+    cols = ["init", "seed", *[c for c in [*METRIC_COLUMNS, "train_loss", "tokens_per_s"] if c in table.columns]]
+    return table[cols].dropna(subset=["epoch"]).drop_duplicates(["init", "seed", "epoch"], keep="last")
 
 
 PROG = "python -m sweep.browse"

@@ -23,12 +23,21 @@ from dataclasses import replace
 from pathlib import Path
 
 from model.plugins import add_plugin_flag, preload
-from sweep.cli import DEFAULT_STORE, UsageError, at_least, parser, run_cli
+from sweep.cli import (
+    DEFAULT_STORE,
+    UsageError,
+    add_pack_flags,
+    at_least,
+    pack_request,
+    parser,
+    run_cli,
+)
 from sweep.extension import ExtensionSettings, probe_checkpoints
 from sweep.extension.checkpoint_series import load_manifest
 from sweep.extension.revision_probe import ProbeSettings
 from sweep.extension.tiny_series import build_series
 from sweep.options import TrialOptions
+from sweep.packing import check_pack
 from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
 from sweep.progress import format_duration
 from sweep.ray_env import init_ray
@@ -51,6 +60,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tiny-series", default="runs/tiny-series", help="where the tiny checkpoint series is built")
     p.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance, >= 1 (default: all)")
+    add_pack_flags(p)
     return p.parse_args(argv)
 
 
@@ -66,6 +76,7 @@ def _main(args: argparse.Namespace) -> None:
     if args.address and args.num_cpus is not None:
         raise UsageError(f"--num-cpus {args.num_cpus} sizes a local Ray; with --address {args.address} "
                          "the cluster's own CPUs are used (drop one of them)")
+    pack = pack_request("--pack", args.pack)
     tiny = Path(args.tiny_series)
     if tiny.exists() and not tiny.is_dir():
         raise UsageError(f"--tiny-series {args.tiny_series}: a file is in the way (need a folder)")
@@ -81,13 +92,19 @@ def _main(args: argparse.Namespace) -> None:
     extension = ExtensionSettings(ProbeSettings(args.store, n_seqs=8, seq_len=64, cpus=1.0,
                                                 plugins=tuple(args.plugin)), actors=2)
 
+    for grid in (BASELINE_PRESETS[preset], interventions):
+        check_pack("--pack", pack, grid.cells())  # before Ray starts
     t0 = time.perf_counter()
-    init_ray(args.address, args.num_cpus)
+    started = init_ray(args.address, args.num_cpus)  # a Ray already running is used and left running
     try:
         print(f"== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
-        run_sweep(BASELINE_PRESETS[preset], SweepSettings(f"baseline-{preset}", trial))
+        run_sweep(BASELINE_PRESETS[preset],
+                  SweepSettings(f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run))
         print(f"\n== 2/4 interventions ({preset} preset, 2 seeds) · {_elapsed(t0)} ==", flush=True)
-        run_sweep(interventions, SweepSettings(f"interventions-{preset}", trial))
+        run_sweep(interventions, SweepSettings(f"interventions-{preset}", trial, pack=pack, dry_run=args.dry_run))
+        if args.dry_run:
+            print("\n== 3/4 checkpoint extension and 4/4 report: not run (dry run) ==")
+            return
         print(f"\n== 3/4 checkpoint extension (tiny local series) · {_elapsed(t0)} ==", flush=True)
         manifest = tiny / "manifest.json"
         if not manifest.is_file():
@@ -95,7 +112,8 @@ def _main(args: argparse.Namespace) -> None:
         # uses the Ray started above and leaves it running
         probe_checkpoints(load_manifest(manifest, require_paths=True), extension)
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
     print(f"\n== 4/4 report (preset {preset} only) · {_elapsed(t0)} ==", flush=True)
     write_report(args.store, out, preset=preset)
     print(f"\n{'quick demo' if args.quick else 'demo'} finished in {format_duration(time.perf_counter() - t0)}")

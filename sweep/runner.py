@@ -24,12 +24,24 @@ from model.corpus import Corpus, load_corpus
 from model.plugins import add_plugin_flag
 from sweep.cli import (
     DEFAULT_STORE,
+    PackRequest,
     UsageError,
+    add_pack_flags,
     at_least,
     gpu_fraction,
+    pack_request,
     plain_name,
 )
 from sweep.options import TrialOptions
+from sweep.packing import (
+    Pack,
+    check_compile,
+    check_pack,
+    describe_plan,
+    is_pack_config,
+    plan_frame,
+    plan_packs,
+)
 from sweep.presets import Preset
 from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
 from sweep.store import Store, StoreError, sweep_lock
@@ -52,9 +64,12 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     g.add_argument("--checkpoint-every", type=int, default=1, help="epochs between Tune checkpoints (>= 1)")
     g.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     g.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance, >= 1 (default: all)")
+    g.add_argument("--num-gpus", type=int, help="GPUs of the local Ray instance, >= 0 (default: the CUDA "
+                   "devices here); logical ones work for planning and tests (trials then train on the CPU)")
     g.add_argument("--resume", action="store_true",
                    help="continue an interrupted experiment (also automatic when one exists)")
     g.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
+    add_pack_flags(g)
     add_plugin_flag(g)
     g.add_argument("--fail-after-epoch", type=int, help=argparse.SUPPRESS)  # tests: inject one crash
     g.add_argument("--failure-marker-dir", help=argparse.SUPPRESS)
@@ -71,6 +86,9 @@ class SweepSettings:
     max_concurrent: int | None = None  # most trials at once (None: as many as resources allow)
     max_failures: int = 3  # retries of a failed trial from its checkpoint; -1 = retry forever
     resume: bool = False  # insist on continuing an experiment (continuing is automatic when one exists)
+    num_gpus: int | None = None  # GPUs of the local Ray (None: the CUDA devices here)
+    pack: PackRequest = "auto"  # runs per trial: K, or auto (a whole shape with GPUs, else 1)
+    dry_run: bool = False  # print the plan, train nothing
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
@@ -78,9 +96,12 @@ class SweepSettings:
         at_least("--max-concurrent", self.max_concurrent, 1)
         at_least("--max-failures", self.max_failures, -1, " (-1 = retry forever)")
         at_least("--num-cpus", self.num_cpus, 1)
-        if self.address and self.num_cpus is not None:
-            raise UsageError(f"--num-cpus {self.num_cpus} sizes a local Ray; with --address {self.address} "
-                             "the cluster's own CPUs are used (drop one of them)")
+        at_least("--num-gpus", self.num_gpus, 0)
+        pack_request("--pack", self.pack)
+        for flag, value in (("--num-cpus", self.num_cpus), ("--num-gpus", self.num_gpus)):
+            if self.address and value is not None:
+                raise UsageError(f"{flag} {value} sizes a local Ray; with --address {self.address} "
+                                 f"the cluster's own {flag[6:].upper()}s are used (drop one of them)")
 
 
 def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSettings:
@@ -94,7 +115,7 @@ def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSett
         failure_marker_dir=args.failure_marker_dir or str(Path("runs/markers").resolve() / name),
     )
     return SweepSettings(name, trial, args.address, args.num_cpus, args.max_concurrent, args.max_failures,
-                         args.resume)
+                         args.resume, args.num_gpus, pack_request("--pack", args.pack), args.dry_run)
 
 
 def prepare_corpus(preset: Preset) -> Corpus:
@@ -104,14 +125,16 @@ def prepare_corpus(preset: Preset) -> Corpus:
     return replace(corpus, train=np.ascontiguousarray(corpus.train), val=np.ascontiguousarray(corpus.val))
 
 
-def _reporter(preset: Preset):
+def _reporter(preset: Preset, n_trials: int, packed: bool):
     cell = {"cell/init": "init", "cell/depth": "depth", "cell/seed": "seed"}
     if preset.conditions != (CONTROL,):
         cell = {"cell/intervention": "condition", **cell}
+    if packed:  # a pack's init and seed columns list its members'
+        cell["cell/pack"] = "pack"
     from sweep.progress import EtaReporter
 
     return EtaReporter(
-        epochs_per_trial=preset.train.epochs, n_trials=len(preset.cells()),
+        epochs_per_trial=preset.train.epochs, n_trials=n_trials,
         parameter_columns=cell, max_column_length=24,
         metric_columns={"epoch": "epoch", "val_loss": "val loss", "qk_alignment": "align",
                         "attn_entropy": "entropy", "status": "status"},
@@ -121,12 +144,40 @@ def _reporter(preset: Preset):
 
 def _trial_name(trial) -> str:
     c = trial.config["cell"]
+    if is_pack_config(c):
+        first = c["members"][0]
+        return f"{c['intervention']}-L{c['depth']}-pack{c['pack']}-{first['init']}-s{first['seed']}"
     return f"{c['intervention']}-{c['init']}-L{c['depth']}-s{c['seed']}"
 
 
 def _trial_dirname(trial) -> str:
     c = trial.config["cell"]
+    if is_pack_config(c):
+        first = c["members"][0]
+        return (f"{trial.trial_id}-{c['intervention'][:8]}-L{c['depth']}-pack{c['pack']}-"
+                f"{first['init'][:8]}-s{first['seed']}")
     return f"{trial.trial_id}-{c['intervention'][:8]}-{c['init'][:8]}-L{c['depth']}-s{c['seed']}"
+
+
+def dry_run(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
+    """Print the plan ``run_sweep`` would run (packs decided from Ray's cluster resources: a local Ray
+    is started for it unless one runs or ``--address`` is given); trains nothing, writes nothing."""
+    import ray
+
+    trial = settings.trial
+    started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
+    try:
+        gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())
+        gpus = ray.cluster_resources().get("GPU", 0.0)
+        packs, notes = plan_packs(preset.cells(), settings.pack, gpus, compile=trial.compile)
+        resources = {"cpu": trial.cpus_per_trial, "gpu": default_gpus(trial.gpus_per_trial)}
+    finally:
+        if started:
+            ray.shutdown()
+    print(describe_plan(settings.name, preset, packs, notes, settings.pack, gpus, resources))
+    print(f"[{settings.name}] dry run: nothing trained, nothing written")
+    sys.stdout.flush()
+    return plan_frame(packs)
 
 
 def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
@@ -135,8 +186,13 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     Everything is checked before Ray starts (a Ray already running is used and left running).
     """
     name, trial = settings.name, settings.trial
-    gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, None if settings.address else node_gpus())
+    gpu_fraction("--gpus-per-trial", trial.gpus_per_trial,
+                 None if settings.address else node_gpus(settings.num_gpus))
     cells = preset.cells()
+    check_pack("--pack", settings.pack, cells)
+    check_compile(settings.pack, trial.compile)
+    if settings.dry_run:
+        return dry_run(preset, settings)
     store_uri, storage = absolute_uri(trial.store), absolute_uri(trial.storage)
     corpus = prepare_corpus(preset)  # before any folder or bucket object is created
     store = Store(store_uri)
@@ -156,16 +212,23 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
             tune_storage.check_writable()
         except StoreError as exc:
             raise StoreError(f"Tune storage (--storage): {exc}") from None
-    print(f"[{name}] {len(cells)} trials ({preset.sweep}, preset {preset.name}); corpus {corpus.name}: "
+    print(f"[{name}] {len(cells)} runs ({preset.sweep}, preset {preset.name}); corpus {corpus.name}: "
           f"{corpus.vocab_size} symbols, {len(corpus.train):,} train tokens")
     if preset.note:
         print(f"[{name}] note: {preset.note}")
 
     import ray
 
-    started = init_ray(settings.address, settings.num_cpus)
+    started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
     try:
         gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())  # the joined cluster's nodes
+        packs, notes = plan_packs(cells, settings.pack, ray.cluster_resources().get("GPU", 0.0),
+                                  compile=trial.compile)
+        for note in notes:
+            print(f"[{name}] note: {note}")
+        if any(p.size > 1 for p in packs) and not restorable:
+            print(f"[{name}] {len(cells)} runs packed into {len(packs)} trials "
+                  f"(--pack {settings.pack}; --dry-run lists the members)")
         from sweep.trial import train_cell
 
         options = replace(trial, store=store_uri, storage=storage,
@@ -177,12 +240,13 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
         # num_to_keep bounds disk use; the snapshots it forces are cheap next to an epoch.
         os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
         if restorable:
-            print(f"[{name}] resuming the experiment at {path}: finished trials are kept")
+            print(f"[{name}] resuming the experiment at {path}: finished trials are kept, and so are the packs "
+                  "it started with")
             tuner = tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
         else:
             tuner = tune.Tuner(
                 trainable,
-                param_space={"cell": tune.grid_search([c.to_config() for c in cells]),
+                param_space={"cell": tune.grid_search([p.to_config() for p in packs]),
                              "options": options.to_config()},
                 # reuse_actors: a trial's worker keeps its imports (torch, ray, the plugins);
                 # a fresh actor per trial cost ~6 s of CPU each (LOG.md). Results are identical.
@@ -190,7 +254,8 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                                             trial_name_creator=_trial_name,
                                             trial_dirname_creator=_trial_dirname),
                 run_config=tune.RunConfig(
-                    name=name, storage_path=storage, progress_reporter=_reporter(preset), verbose=1,
+                    name=name, storage_path=storage, verbose=1,
+                    progress_reporter=_reporter(preset, len(packs), any(p.size > 1 for p in packs)),
                     failure_config=tune.FailureConfig(max_failures=settings.max_failures),
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 ),
@@ -200,7 +265,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
             results = tuner.fit()
         wall = time.perf_counter() - t0
         summary = summarize(results)
-        print_summary(name, summary, wall, store_uri, path)
+        print_summary(name, summary, wall, store_uri, path, trials=len(results))
         return summary
     finally:
         if started:
@@ -208,23 +273,26 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
 
 
 def summarize(results) -> pd.DataFrame:
-    """One row per trial: its cell, status and last metrics."""
+    """One row per run (a pack's members each get their own): its cell, status and last metrics."""
     rows = []
     for r in results:
-        cell = r.config["cell"]
         m = r.metrics or {}
-        rows.append({"condition": cell["intervention"], "init": cell["init"], "depth": cell["depth"],
-                     "seed": cell["seed"], "status": "error" if r.error else m.get("status", "?"),
-                     "epoch": m.get("epoch"), "val_loss": m.get("val_loss"),
-                     "qk_alignment": m.get("qk_alignment"), "attn_entropy": m.get("attn_entropy")})
+        for i, cell in enumerate(Pack.from_config(r.config["cell"]).cells):
+            own = (m.get("members") or {}).get(str(i), m) if is_pack_config(r.config["cell"]) else m
+            rows.append({"condition": cell.intervention, "init": cell.init, "depth": cell.depth,
+                         "seed": cell.seed, "status": "error" if r.error else own.get("status", "?"),
+                         "epoch": own.get("epoch"), "val_loss": own.get("val_loss"),
+                         "qk_alignment": own.get("qk_alignment"), "attn_entropy": own.get("attn_entropy")})
     return pd.DataFrame(rows).sort_values(["condition", "init", "depth", "seed"], ignore_index=True)
 
 
-def print_summary(name: str, summary: pd.DataFrame, wall: float, store: str, experiment: str) -> None:
+def print_summary(name: str, summary: pd.DataFrame, wall: float, store: str, experiment: str,
+                  trials: int | None = None) -> None:
     shown = summary.copy()
     if shown["condition"].nunique() == 1:
         shown = shown.drop(columns="condition")
-    print(f"\n[{name}] {len(summary)} trials in {wall:.0f} s; status: "
+    packed = f"{len(summary)} runs in {trials} trials" if trials not in (None, len(summary)) else None
+    print(f"\n[{name}] {packed or f'{len(summary)} trials'} in {wall:.0f} s; status: "
           + ", ".join(f"{k} {v}" for k, v in summary["status"].value_counts().items()))
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     print(f"\nstore:       {store}")

@@ -1,6 +1,7 @@
-"""The Tune trainable: one (init, depth, seed, condition) cell of a sweep.
+"""The Tune trainable: one (init, depth, seed, condition) cell of a sweep, or a pack of them.
 
-It converts the Tune config, calls the framework-free ``model.train.Trainer``,
+It converts the Tune config, calls the framework-free ``model.train.Trainer``
+(a pack: ``model.pack.PackedTrainer``, every member's rows as its own run's),
 writes each epoch's rows to the Parquet store, reports scalars (only) to Tune
 with a checkpoint, and resumes from ``tune.get_checkpoint()``. The store's
 writes are idempotent per (run, epoch), so an epoch replayed after a crash
@@ -26,6 +27,7 @@ from model.corpus import Corpus
 from model.plugins import load_plugins
 from model.train import EpochReport, Trainer
 from sweep.options import TrialOptions
+from sweep.packing import Pack, is_pack_config
 from sweep.presets import Cell
 from sweep.store import Store
 
@@ -93,13 +95,17 @@ def load_state(path: Path) -> dict[str, Any]:
 
 
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
-    """Tune function trainable. ``config = {"cell": Cell.to_config(), "options": TrialOptions.to_config()}``."""
+    """Tune function trainable. ``config = {"cell": Pack.to_config(), "options": TrialOptions.to_config()}``
+    (for one run ``Pack.to_config()`` is ``Cell.to_config()``)."""
     options = TrialOptions.from_config(config["options"])
     load_plugins(options.plugins)  # before the cell's names are checked against the registries
-    cell = Cell.from_config(config["cell"])
     for noisy in ("ray.train", "ray.tune"):  # one INFO line per checkpoint otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)
     torch.set_num_threads(max(1, int(options.cpus_per_trial)))
+    if is_pack_config(config["cell"]):
+        train_pack(Pack.from_config(config["cell"]), options, corpus)
+        return
+    cell = Cell.from_config(config["cell"])
     preset = cell.preset
     intervention = make_intervention(cell.intervention)
     trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
@@ -124,6 +130,76 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
         _maybe_inject_failure(report.epoch, options)
         metrics = tune_metrics(report)
         if report.epoch % every and report.status == "running":
+            tune.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as d:
+            torch.save(trainer.state_dict(), Path(d) / STATE_FILE)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+
+    trainer.run(on_epoch)
+
+
+def pack_metrics(reports: dict[int, EpochReport], members: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A pack's scalars for Tune: the means over this epoch's reports, the pack's status, and each
+    member's own last metrics under ``members/<index>/`` (what ``summarize`` and ``sweep.browse`` read)."""
+    per = [tune_metrics(r) for r in reports.values()]
+    statuses = [m["status"] for m in members.values()]
+    status = ("running" if "running" in statuses else "diverged" if "diverged" in statuses else "completed")
+    out: dict[str, Any] = {"epoch": max(r.epoch for r in reports.values()), "status": status,
+                           "members_running": statuses.count("running")}
+    for key in ("val_loss", "train_loss", "tokens_per_s", "qk_alignment", "pr_q", "pr_k", "attn_entropy"):
+        values = [m[key] for m in per if m[key] is not None]
+        out[key] = sum(values) / len(values) if values else None
+    out["node_id"], out["gpu_ids"] = per[0]["node_id"], per[0]["gpu_ids"]
+    out["members"] = members
+    return out
+
+
+def train_pack(pack: Pack, options: TrialOptions, corpus: Corpus) -> None:
+    """Train a pack's members as one batched model; each member's rows go to the store as its own run's.
+
+    Tune gets one report per epoch, after every member still training has written that epoch's rows,
+    with one checkpoint of the whole pack: a retry resumes every member from the same epoch, and an
+    epoch replayed after a crash overwrites each member's own rows.
+    """
+    from model.pack import Member, PackedTrainer
+
+    preset = pack.cells[0].preset
+    device = _device()
+    members = [Member(c.init, c.seed, preset.train_config(c.seed, device, options.compile)) for c in pack.cells]
+    trainer = PackedTrainer(preset.model_config(pack.depth, corpus.vocab_size), members, corpus,
+                            lambda: make_intervention(pack.intervention))
+    checkpoint = tune.get_checkpoint()
+    restored_epoch = -1  # stored and reported already, with the checkpoint
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            trainer.load_state_dict(load_state(Path(d) / STATE_FILE))
+        restored_epoch = trainer.epoch
+    store = Store(options.store)
+    identities = [c.identity() for c in pack.cells]
+    every = options.checkpoint_every
+    # members still training: each reports every epoch until it completes or diverges
+    waiting = {i for i, s in enumerate(trainer.statuses) if s == "running"}
+    epoch_reports: dict[int, EpochReport] = {}
+    last: dict[str, dict[str, Any]] = {str(i): {"status": s} for i, s in enumerate(trainer.statuses)}
+
+    def on_epoch(i: int, report: EpochReport) -> None:
+        nonlocal waiting
+        if report.epoch <= restored_epoch:
+            return
+        identity = identities[i]
+        if report.layers:
+            store.write_layers([{**identity, "epoch": report.epoch, **row} for row in report.layers])
+        store.write_epoch({**identity, "epoch": report.epoch, **report.run})
+        epoch_reports[i] = report
+        last[str(i)] = {k: v for k, v in tune_metrics(report).items() if k not in ("node_id", "gpu_ids")}
+        if waiting - set(epoch_reports):
+            return  # other members' rows of this epoch still to come
+        _maybe_inject_failure(report.epoch, options)
+        metrics = pack_metrics(epoch_reports, last)
+        waiting = {j for j, r in epoch_reports.items() if r.status == "running"}
+        epoch_reports.clear()
+        if report.epoch % every and waiting:
             tune.report(metrics)
             return
         with tempfile.TemporaryDirectory() as d:

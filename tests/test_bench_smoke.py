@@ -114,3 +114,20 @@ def test_gpu_bench_parts_run_on_the_cpu(tmp_path: Path, ray_cluster) -> None:
     for part in ("eager_vs_compile", "fp32_vs_bf16", "concurrent_trials", "probe_cost"):
         assert part in out["parts"], part
         assert "error" not in out["parts"][part], out["parts"][part]
+
+
+def test_gpu_packing_variants_and_projection_on_the_cpu(tmp_path: Path, capsys) -> None:
+    """bench/gpu.sh's packing section: a packed and an unpacked variant, tiny, on the CPU; the table."""
+    from bench import gpu_packing
+
+    per_epoch, baseline, interventions = gpu_packing.paper_grid_steps()
+    assert per_epoch == 4394 and baseline + interventions == 9_095_580  # issue 23: ≈ 9.1M steps
+    assert gpu_packing.projected_hours(1000.0) == pytest.approx((baseline + interventions * 8 / 6) / 1000 / 3600)
+    for name in ("unpacked", "pack4"):
+        assert gpu_packing.run_variant(name, tmp_path, "cpu", True, 0.01) == 0
+    result = gpu_packing.summary(tmp_path)
+    printed = capsys.readouterr().out
+    pack = result["variants"]["pack4"]
+    assert pack["k"] == 4 and pack["tokens_per_s"] > 0 and math.isfinite(pack["projected_paper_grid_h"])
+    assert result["variants"]["unpacked"]["speedup_vs_unpacked"] == 1.0
+    assert "paper grid: 9,095,580 run-steps" in printed and "pack4" in printed

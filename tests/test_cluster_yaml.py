@@ -168,3 +168,69 @@ def test_aws_security_group_admits_ray_ports_from_the_cluster_only(raw):
     for rule in sg.get("IpPermissions", []):
         for rng in rule.get("IpRanges", []):
             assert not (rng.get("CidrIp") == "0.0.0.0/0" and rule.get("FromPort") != 22), rule
+
+
+# --- CUDA MPS on GPU nodes (issue 23): ray_node.sh starts it before Ray, or says why not ---------
+
+
+def _fake_tools(bin_dir: Path, gpu: bool, mps: bool) -> Path:
+    """``nvidia-smi`` (a GPU or none) and ``nvidia-cuda-mps-control`` (logging its calls) as scripts."""
+    bin_dir.mkdir()
+    log = bin_dir / "mps.log"
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\n" + ("echo 'GPU 0: NVIDIA H200 (UUID: GPU-x)'\n" if gpu else "exit 9\n"))
+    if mps:  # get_server_list fails until -d has run; quit ends it
+        (bin_dir / "nvidia-cuda-mps-control").write_text(f"""#!/bin/sh
+if [ "$1" = -d ]; then echo "-d $CUDA_MPS_PIPE_DIRECTORY" >> {log}; touch {bin_dir}/up; exit 0; fi
+read cmd; echo "$cmd" >> {log}
+[ -e {bin_dir}/up ] || exit 1
+[ "$cmd" = quit ] && rm {bin_dir}/up
+exit 0
+""")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return log
+
+
+def _node_sh(bin_dir: Path, *args: str, **env: str) -> str:
+    import os
+    import subprocess
+
+    done = subprocess.run(["bash", str(NODE_SH), *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize(("gpu", "mps", "line"), [
+    (True, True, "CUDA MPS started (pipe "),
+    (True, False, "CUDA MPS not available (no nvidia-cuda-mps-control)"),
+    (False, True, "no NVIDIA GPU on this node: CUDA MPS not started"),
+])
+def test_mps_started_on_gpu_nodes_or_one_line_why_not(tmp_path, gpu, mps, line):
+    log = _fake_tools(tmp_path / "bin", gpu, mps)
+    pipe = str(tmp_path / "pipe")
+    out = _node_sh(tmp_path / "bin", "mps-start", CUDA_MPS_PIPE_DIRECTORY=pipe)
+    assert out.strip().splitlines() == [out.strip()] and line in out, out
+    calls = log.read_text().splitlines() if log.exists() else []
+    assert (f"-d {pipe}" in calls) == (gpu and mps), calls
+    if gpu and mps:
+        assert "already running" in _node_sh(tmp_path / "bin", "mps-start", CUDA_MPS_PIPE_DIRECTORY=pipe)
+        assert "CUDA MPS stopped" in _node_sh(tmp_path / "bin", "mps-stop", CUDA_MPS_PIPE_DIRECTORY=pipe)
+        assert log.read_text().splitlines()[-1] == "quit"
+        assert _node_sh(tmp_path / "bin", "mps-stop").strip() == ""  # nothing running: nothing to do
+    assert "QKGEOM_MPS=0" in _node_sh(tmp_path / "bin", "mps-start", QKGEOM_MPS="0")
+
+
+def test_mps_before_ray_on_head_and_worker_and_stopped_after_ray_on_slurm():
+    sh = NODE_SH.read_text()
+    for fn, nxt in (("start_head() {", "start_worker() {"), ("start_worker() {", 'cmd="${1:-}"')):
+        body = sh[sh.index(fn):sh.index(nxt)]
+        assert body.index("start_mps") < body.index('exec "$ray" start'), fn
+    sbatch = (ROOT / "slurm" / "qkgeom.sbatch").read_text()
+    stop = sbatch[sbatch.index("stop_ray() {"):sbatch.index("trap 'stop_ray")]
+    assert stop.index("kill -KILL") < stop.index('"$node_sh" mps-stop')  # Ray first, then its daemon
+    assert 'CUDA_MPS_PIPE_DIRECTORY="$tmp/' in sbatch  # one daemon per job, not per machine
+    for path in (CLUSTER_YAML, LOCAL_YAML):  # both launcher files start nodes through ray_node.sh
+        raw = _load(path)
+        assert any("ray_node.sh head" in c for c in _cmds(raw, "head_start_ray_commands"))
+        assert "CUDA MPS" in path.read_text()

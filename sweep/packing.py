@@ -1,0 +1,186 @@
+"""Which runs share one Tune trial (SPEC §5.1, packed trials), and the plan a ``--dry-run`` prints.
+
+A pack is one trial that trains K runs of one shape, same depth and condition (the
+preset fixes corpus and schedule), differing in init and seed, as one batched model
+(``model.pack.PackedTrainer``). ``plan_packs`` cuts a grid into packs; ``--pack
+auto`` is every run of a shape when the Ray cluster has GPUs and 1 on a CPU-only
+cluster, where packing buys nothing. A condition that is not pack-aware runs unpacked.
+No Ray here: the driver passes the cluster's GPU count in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from sweep.cli import PackRequest, UsageError
+from sweep.presets import Cell, Preset
+
+
+@dataclass(frozen=True)
+class Pack:
+    """The cells one trial trains: one cell (an unpacked trial) or K of one shape."""
+
+    cells: tuple[Cell, ...]
+
+    def __post_init__(self) -> None:
+        if not self.cells:
+            raise ValueError("a pack needs at least one cell")
+        shapes = {(c.preset.name, c.depth, c.intervention) for c in self.cells}
+        if len(shapes) > 1:
+            raise ValueError(f"a pack mixes shapes (preset, depth, condition): {sorted(shapes)}")
+
+    @property
+    def size(self) -> int:
+        return len(self.cells)
+
+    @property
+    def depth(self) -> int:
+        return self.cells[0].depth
+
+    @property
+    def intervention(self) -> str:
+        return self.cells[0].intervention
+
+    def to_config(self) -> dict[str, Any]:
+        """The trial's ``cell`` config: ``Cell.to_config()`` for one cell (today's trials, unchanged);
+        for a pack the shared shape, ``members`` [{init, seed}], ``pack`` K, and ``init``/``seed``
+        listing the members' values (what the progress table and ``sweep.browse`` show)."""
+        first = self.cells[0].to_config()
+        if self.size == 1:
+            return first
+        return {"preset": first["preset"], "depth": self.depth, "intervention": self.intervention,
+                "init": ",".join(dict.fromkeys(c.init for c in self.cells)),
+                "seed": ",".join(str(s) for s in dict.fromkeys(c.seed for c in self.cells)),
+                "pack": self.size, "members": [{"init": c.init, "seed": c.seed} for c in self.cells]}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Pack:
+        """The inverse of ``to_config`` (a plain cell config is a pack of one)."""
+        members = config.get("members")
+        if members is None:
+            return cls((Cell.from_config(config),))
+        return cls(tuple(Cell.from_config({**config, "init": m["init"], "seed": m["seed"]}) for m in members))
+
+    def members_text(self) -> str:
+        """``independent_xavier: 37,42 · qk_identical: 37,42``: the members, by init."""
+        by_init: dict[str, list[str]] = {}
+        for c in self.cells:
+            by_init.setdefault(c.init, []).append(str(c.seed))
+        return " · ".join(f"{init}: {','.join(seeds)}" for init, seeds in by_init.items())
+
+
+def is_pack_config(config: dict[str, Any]) -> bool:
+    """A trial's ``cell`` config that holds several members."""
+    return "members" in config
+
+
+def shapes(cells: Sequence[Cell]) -> dict[tuple[int, str], list[Cell]]:
+    """The cells by (depth, condition), each in grid order (init, then seed)."""
+    out: dict[tuple[int, str], list[Cell]] = {}
+    for c in cells:
+        out.setdefault((c.depth, c.intervention), []).append(c)
+    return out
+
+
+def check_pack(flag: str, request: PackRequest, cells: Sequence[Cell]) -> None:
+    """A pack size no larger than a shape's runs (checked before Ray starts)."""
+    if request == "auto":
+        return
+    largest = max(len(g) for g in shapes(cells).values())
+    if request > largest:
+        runs = f"{largest} run{'s' if largest > 1 else ''}"
+        raise UsageError(f"{flag} {request}: a shape (depth, condition) of the {cells[0].preset.sweep} grid "
+                         f"has at most {runs}; use 1..{largest} or auto")
+
+
+def pack_size(request: PackRequest, cluster_gpus: float) -> int | None:
+    """Members per pack: ``request``; for ``auto`` None (a whole shape) with GPUs, else 1."""
+    if request != "auto":
+        return request
+    return None if cluster_gpus > 0 else 1
+
+
+def check_compile(request: PackRequest, compile: bool) -> None:
+    """``--compile`` trains unpacked: a pack does not compile yet (``model.pack``)."""
+    if compile and request not in ("auto", 1):
+        raise UsageError(f"--compile with --pack {request}: packed trials do not compile yet; "
+                         "use --pack 1 or auto with --compile, or drop --compile")
+
+
+def plan_packs(cells: Sequence[Cell], request: PackRequest, cluster_gpus: float,
+               packable: Callable[[str], bool] | None = None,
+               compile: bool = False) -> tuple[list[Pack], list[str]]:
+    """The trials of a grid and one note per condition that runs unpacked although asked to pack.
+
+    Each shape's runs are cut, in grid order, into packs of the requested size (the last one may be
+    smaller); the trials follow the grid's order of their first runs. With ``compile`` every run
+    trains unpacked (``auto``; an explicit size is refused by ``check_compile``).
+    ``packable(condition)`` is ``interventions.base.packable_condition`` by default.
+    """
+    if packable is None:
+        from interventions.base import packable_condition as packable
+    check_pack("--pack", request, cells)
+    check_compile(request, compile)
+    size = pack_size(request, cluster_gpus)
+    packs: list[Pack] = []
+    notes: list[str] = []
+    if compile and size != 1:
+        notes.append("--compile: packed trials do not compile yet, so every run trains unpacked, one per trial")
+        size = 1
+    for (_, condition), group in shapes(cells).items():
+        k = len(group) if size is None else size
+        if k > 1 and not packable(condition):
+            notes.append(f"condition {condition} is not pack-aware: its runs train unpacked, one per trial")
+            k = 1
+        packs += [Pack(tuple(group[i:i + k])) for i in range(0, len(group), k)]
+    order = {c.run_id: i for i, c in enumerate(cells)}
+    packs.sort(key=lambda p: order[p.cells[0].run_id])  # unpacked: the grid's own order, as before
+    return packs, list(dict.fromkeys(notes))
+
+
+def steps_per_epoch(preset: Preset) -> tuple[int, bool]:
+    """(optimiser steps an epoch, whether estimated): the preset's, else one pass over the training
+    split, estimated for wikitext103 (its first 40M characters, 90 % train) without reading it."""
+    train = preset.train
+    if train.steps_per_epoch is not None:
+        return train.steps_per_epoch, False
+    per_step = train.batch_size * preset.model.context
+    if preset.corpus == "wikitext103":
+        from model.corpus import TRAIN_FRACTION, WIKITEXT_CHARS
+
+        return int(WIKITEXT_CHARS * TRAIN_FRACTION) // per_step, True
+    from model.corpus import load_corpus
+
+    return len(load_corpus(preset.corpus, preset.data_dir, context=preset.model.context).train) // per_step, False
+
+
+def plan_frame(packs: Sequence[Pack]) -> pd.DataFrame:
+    """One row per run: its trial (0-based), the pack's size and the run's cell."""
+    return pd.DataFrame([{"trial": t, "pack": p.size, "condition": c.intervention, "init": c.init,
+                          "depth": c.depth, "seed": c.seed} for t, p in enumerate(packs) for c in p.cells])
+
+
+def describe_plan(name: str, preset: Preset, packs: Sequence[Pack], notes: Sequence[str], request: PackRequest,
+                  cluster_gpus: float, resources: dict[str, float]) -> str:
+    """The dry run's text: trials, packs and their members, resources per trial, optimiser steps."""
+    steps, estimated = steps_per_epoch(preset)
+    about = "≈" if estimated else ""
+    runs = sum(p.size for p in packs)
+    sizes = sorted({p.size for p in packs}, reverse=True)
+    why = (f"auto: the Ray cluster has {cluster_gpus:g} GPUs" if request == "auto" else f"--pack {request}")
+    epochs = preset.train.epochs
+    trial_steps = epochs * steps
+    lines = [f"[{name}] plan ({preset.sweep}, preset {preset.name}): {runs} runs in {len(packs)} trials, "
+             f"packs of {'/'.join(map(str, sizes))} ({why})",
+             *(f"[{name}] note: {n}" for n in notes),
+             f"  resources per trial: {resources['cpu']:g} CPU, {resources['gpu']:g} GPU",
+             f"  optimiser steps: {epochs} epochs × {about}{steps:,} = {about}{trial_steps:,} per trial; "
+             f"{about}{trial_steps * len(packs):,} trial steps, {about}{trial_steps * runs:,} run steps in all"]
+    for t, p in enumerate(packs, 1):
+        lines.append(f"  trial {t:>3}: {p.intervention} L{p.depth}, {p.size} run{'s' if p.size > 1 else ''}: "
+                     f"{p.members_text()}")
+    return "\n".join(lines)

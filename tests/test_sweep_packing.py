@@ -1,0 +1,88 @@
+"""sweep/packing.py: how a grid is cut into packed trials, and the plan a dry run prints (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sweep.cli import UsageError, pack_request
+from sweep.packing import Pack, check_pack, describe_plan, plan_frame, plan_packs, steps_per_epoch
+from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
+
+PAPER = BASELINE_PRESETS["paper"]
+PAPER_IV = INTERVENTION_PRESETS["paper"]
+
+
+def everything(condition: str) -> bool:
+    return True
+
+
+@pytest.mark.parametrize(("preset", "packs", "size"), [(PAPER, 3, 12), (PAPER_IV, 6, 5)])
+def test_auto_packs_each_shape_when_the_cluster_has_gpus(preset, packs, size) -> None:
+    plan, notes = plan_packs(preset.cells(), "auto", cluster_gpus=1, packable=everything)
+    assert [p.size for p in plan] == [size] * packs and not notes
+    for p in plan:
+        assert len({(c.init, c.seed) for c in p.cells}) == size
+    assert sorted(c.run_id for p in plan for c in p.cells) == sorted(c.run_id for c in preset.cells())
+
+
+def test_auto_is_one_run_per_trial_without_gpus() -> None:
+    plan, _ = plan_packs(PAPER.cells(), "auto", cluster_gpus=0, packable=everything)
+    assert [p.cells for p in plan] == [(c,) for c in PAPER.cells()]  # today's trials, in today's order
+
+
+def test_explicit_sizes_cut_each_shape_in_grid_order() -> None:
+    plan, _ = plan_packs(PAPER.cells(), 5, cluster_gpus=0, packable=everything)
+    assert sorted(p.size for p in plan) == [2] * 3 + [5] * 6
+    assert {(p.depth, p.intervention) for p in plan} == {(d, "none") for d in PAPER.depths}
+
+
+def test_a_condition_that_is_not_pack_aware_runs_unpacked_with_one_note() -> None:
+    plan, notes = plan_packs(PAPER_IV.cells(), "auto", 1, packable=lambda c: c != "k_spectrum_clamp")
+    sizes = {p.intervention: p.size for p in plan}
+    assert sizes["k_spectrum_clamp"] == 1 and sizes["none"] == 5 and len(plan) == 5 + 5
+    assert notes == ["condition k_spectrum_clamp is not pack-aware: its runs train unpacked, one per trial"]
+
+
+def test_pack_config_round_trip_and_pack_of_one_is_the_cell_config() -> None:
+    (pack, *_), _ = plan_packs(PAPER.cells(), "auto", 1, packable=everything)
+    config = pack.to_config()
+    assert config["pack"] == 12 and config["seed"] == "37,42,105,210" and len(config["members"]) == 12
+    assert [c.identity() for c in Pack.from_config(config).cells] == [c.identity() for c in pack.cells]
+    cell = PAPER.cells()[0]
+    assert Pack((cell,)).to_config() == cell.to_config()
+    assert [c.identity() for c in Pack.from_config(cell.to_config()).cells] == [cell.identity()]
+    with pytest.raises(ValueError, match="mixes shapes"):
+        Pack((PAPER.cells()[0], PAPER.cells()[-1]))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "2.5", "x", "", 0, True])
+def test_bad_pack_values(value) -> None:
+    with pytest.raises(UsageError, match=r"--pack must be auto or a whole number of runs >= 1, got"):
+        pack_request("--pack", value)
+
+
+def test_pack_larger_than_a_shape_is_refused() -> None:
+    assert pack_request("--pack", "12") == 12 and pack_request("--pack", "auto") == "auto"
+    check_pack("--pack", 12, PAPER.cells())
+    with pytest.raises(UsageError, match=r"--pack 13: a shape \(depth, condition\) of the baseline grid has at "
+                       r"most 12 runs; use 1..12 or auto"):
+        check_pack("--pack", 13, PAPER.cells())
+
+
+def test_plan_text_names_trials_members_resources_and_steps() -> None:
+    plan, notes = plan_packs(PAPER.cells(), "auto", 1, packable=everything)
+    text = describe_plan("baseline-paper", PAPER, plan, notes, "auto", 1, {"cpu": 1, "gpu": 0.25})
+    assert "36 runs in 3 trials, packs of 12 (auto: the Ray cluster has 1 GPUs)" in text
+    assert "resources per trial: 1 CPU, 0.25 GPU" in text
+    assert steps_per_epoch(PAPER) == (4394, True)
+    assert f"45 epochs × ≈4,394 = ≈{45 * 4394:,} per trial" in text and f"≈{36 * 45 * 4394:,} run steps" in text
+    assert "trial   1: none L4, 12 runs: independent_xavier: 37,42,105,210 · " in text
+    frame = plan_frame(plan)
+    assert len(frame) == 36 and frame.groupby("trial").size().tolist() == [12, 12, 12]
+
+
+def test_compile_trains_unpacked() -> None:
+    plan, notes = plan_packs(PAPER.cells(), "auto", 1, packable=everything, compile=True)
+    assert {p.size for p in plan} == {1} and "--compile" in notes[0]
+    with pytest.raises(UsageError, match="--compile with --pack 4: packed trials do not compile yet"):
+        plan_packs(PAPER.cells(), 4, 1, packable=everything, compile=True)
