@@ -104,33 +104,21 @@ def pack_size(request: PackRequest, cluster_gpus: float) -> int | None:
     return None if cluster_gpus > 0 else 1
 
 
-def check_compile(request: PackRequest, compile: bool) -> None:
-    """``--compile`` trains unpacked: a pack does not compile yet (``model.pack``)."""
-    if compile and request not in ("auto", 1):
-        raise UsageError(f"--compile with --pack {request}: packed trials do not compile yet; "
-                         "use --pack 1 or auto with --compile, or drop --compile")
-
-
 def plan_packs(cells: Sequence[Cell], request: PackRequest, cluster_gpus: float,
-               packable: Callable[[str], bool] | None = None,
-               compile: bool = False) -> tuple[list[Pack], list[str]]:
+               packable: Callable[[str], bool] | None = None) -> tuple[list[Pack], list[str]]:
     """The trials of a grid and one note per condition that runs unpacked although asked to pack.
 
     Each shape's runs are cut, in grid order, into packs of the requested size (the last one may be
-    smaller); the trials follow the grid's order of their first runs. With ``compile`` every run
-    trains unpacked (``auto``; an explicit size is refused by ``check_compile``).
+    smaller); the trials follow the grid's order of their first runs (``--compile`` compiles a
+    pack's batched loss, ``model.pack``).
     ``packable(condition)`` is ``interventions.base.packable_condition`` by default.
     """
     if packable is None:
         from interventions.base import packable_condition as packable
     check_pack("--pack", request, cells)
-    check_compile(request, compile)
     size = pack_size(request, cluster_gpus)
     packs: list[Pack] = []
     notes: list[str] = []
-    if compile and size != 1:
-        notes.append("--compile: packed trials do not compile yet, so every run trains unpacked, one per trial")
-        size = 1
     for (_, condition), group in shapes(cells).items():
         k = len(group) if size is None else size
         if k > 1 and not packable(condition):

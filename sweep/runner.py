@@ -35,7 +35,6 @@ from sweep.cli import (
 from sweep.options import TrialOptions
 from sweep.packing import (
     Pack,
-    check_compile,
     check_pack,
     describe_plan,
     is_pack_config,
@@ -169,7 +168,7 @@ def dry_run(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     try:
         gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())
         gpus = ray.cluster_resources().get("GPU", 0.0)
-        packs, notes = plan_packs(preset.cells(), settings.pack, gpus, compile=trial.compile)
+        packs, notes = plan_packs(preset.cells(), settings.pack, gpus)
         resources = {"cpu": trial.cpus_per_trial, "gpu": default_gpus(trial.gpus_per_trial)}
     finally:
         if started:
@@ -190,7 +189,6 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                  None if settings.address else node_gpus(settings.num_gpus))
     cells = preset.cells()
     check_pack("--pack", settings.pack, cells)
-    check_compile(settings.pack, trial.compile)
     if settings.dry_run:
         return dry_run(preset, settings)
     store_uri, storage = absolute_uri(trial.store), absolute_uri(trial.storage)
@@ -222,8 +220,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
     try:
         gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())  # the joined cluster's nodes
-        packs, notes = plan_packs(cells, settings.pack, ray.cluster_resources().get("GPU", 0.0),
-                                  compile=trial.compile)
+        packs, notes = plan_packs(cells, settings.pack, ray.cluster_resources().get("GPU", 0.0))
         for note in notes:
             print(f"[{name}] note: {note}")
         if any(p.size > 1 for p in packs) and not restorable:
