@@ -5,7 +5,14 @@ Importing this package registers every condition: ``none`` (base),
 (projection after the step), ``freeze_k`` and ``freeze_q`` (not trained).
 """
 
-from interventions.base import CONTROL, REGISTRY, Intervention, make_intervention, register
+from interventions.base import (
+    CONTROL,
+    REGISTRY,
+    Intervention,
+    default_strengths,
+    make_intervention,
+    register,
+)
 from interventions.freeze import FreezeK, FreezeQ
 from interventions.regularisers import (
     ForcedKContraction,
@@ -27,6 +34,7 @@ __all__ = [
     "FreezeK",
     "FreezeQ",
     "Intervention",
+    "default_strengths",
     "KSpectrumClamp",
     "QKAlignReg",
     "make_intervention",

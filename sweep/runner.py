@@ -108,6 +108,8 @@ def _reporter(preset: Preset):
     cell = {"cell/init": "init", "cell/depth": "depth", "cell/seed": "seed"}
     if preset.conditions != (CONTROL,):
         cell = {"cell/intervention": "condition", **cell}
+    if preset.strengths:
+        cell = {**cell, "cell/strengths": "strengths"}
     from sweep.progress import EtaReporter
 
     return EtaReporter(
@@ -119,14 +121,20 @@ def _reporter(preset: Preset):
     )
 
 
+def _strength_tag(cell: dict) -> str:
+    """``-lam0.2`` for a cell away from its condition's default strengths (SPEC §5), else ``""``."""
+    return "".join(f"-{k}{v:g}" for k, v in sorted((cell.get("strengths") or {}).items()))
+
+
 def _trial_name(trial) -> str:
     c = trial.config["cell"]
-    return f"{c['intervention']}-{c['init']}-L{c['depth']}-s{c['seed']}"
+    return f"{c['intervention']}{_strength_tag(c)}-{c['init']}-L{c['depth']}-s{c['seed']}"
 
 
 def _trial_dirname(trial) -> str:
     c = trial.config["cell"]
-    return f"{trial.trial_id}-{c['intervention'][:8]}-{c['init'][:8]}-L{c['depth']}-s{c['seed']}"
+    tag = _strength_tag(c)[:12]
+    return f"{trial.trial_id}-{c['intervention'][:8]}{tag}-{c['init'][:8]}-L{c['depth']}-s{c['seed']}"
 
 
 def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
@@ -213,7 +221,8 @@ def summarize(results) -> pd.DataFrame:
     for r in results:
         cell = r.config["cell"]
         m = r.metrics or {}
-        rows.append({"condition": cell["intervention"], "init": cell["init"], "depth": cell["depth"],
+        rows.append({"condition": cell["intervention"] + _strength_tag(cell), "init": cell["init"],
+                     "depth": cell["depth"],
                      "seed": cell["seed"], "status": "error" if r.error else m.get("status", "?"),
                      "epoch": m.get("epoch"), "val_loss": m.get("val_loss"),
                      "qk_alignment": m.get("qk_alignment"), "attn_entropy": m.get("attn_entropy")})

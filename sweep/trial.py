@@ -101,7 +101,7 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     torch.set_num_threads(max(1, int(options.cpus_per_trial)))
     preset = cell.preset
-    intervention = make_intervention(cell.intervention)
+    intervention = make_intervention(cell.intervention, **dict(cell.strengths))  # SPEC §5 strengths
     trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
                       preset.train_config(cell.seed, _device(), options.compile),
                       corpus, cell.init, cell.seed, intervention)
