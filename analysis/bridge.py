@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
+from analysis import claims
 from analysis import vocabulary as vocab
 from analysis.frames import baseline
-from analysis.primitives import Section, pearson
+from analysis.primitives import Correlation, fmt, fmt_p
+from analysis.section import Computed, Figure, Inputs, Result, Section
 from analysis.slopes import run_slopes, trace_slopes
 
 #: Mechanism-bridge quantities: name -> (metric, sign); value = sign * slope / mean.
@@ -45,22 +49,86 @@ def bridge_points(layers: pd.DataFrame) -> dict[str, pd.DataFrame]:
     }
 
 
-def bridge_section(layers: pd.DataFrame) -> Section:
+#: pair "a__b" -> its correlation
+Pairs = dict[str, Correlation]
+
+
+@dataclass
+class BridgeResult(Result):
+    """Figure 3: Pearson r of the three bridge pairs, over uncoupled seed-averaged cells and per seed."""
+
+    key = "bridge"
+    seed_averaged: Pairs
+    per_seed: Pairs
+
+
+def compute_bridge(layers: pd.DataFrame) -> Computed[BridgeResult]:
     """Figure 3: Pearson r, p, n of the three bridge pairs, seed-averaged and per seed."""
     base = baseline(layers)
     if base.empty or not base["init"].isin(vocab.uncoupled_inits()).any():
-        return Section({}, {"bridge": "no uncoupled baseline runs in the store"})
+        return Computed(None, {"bridge": "no uncoupled baseline runs in the store"})
     pts = bridge_points(layers)
-    out: dict = {}
+    out: dict[str, Pairs] = {}
     missing: dict[str, str] = {}
     for level, frame in pts.items():
         out[level] = {}
         for a, b in BRIDGE_PAIRS:
             key = f"{a}__{b}"
             if frame.empty:
-                out[level][key] = {"r": None, "p": None, "n": 0, "note": "no trajectories"}
+                out[level][key] = Correlation(None, None, 0, "no trajectories")
             else:
-                out[level][key] = pearson(frame[a], frame[b])
-            if out[level][key]["r"] is None:
-                missing[f"bridge.{level}.{key}"] = out[level][key].get("note", "undefined")
-    return Section({"bridge": out}, missing, pts)
+                out[level][key] = Correlation.of(frame[a], frame[b])
+            if out[level][key].r is None:
+                missing[f"bridge.{level}.{key}"] = out[level][key].note or "undefined"
+    return Computed(BridgeResult(**out), missing, pts)
+
+
+def table(b: BridgeResult) -> pd.DataFrame:
+    """Pearson r, p, n of the three bridge pairs at both levels."""
+    rows = []
+    for level, pairs in (("seed_averaged", b.seed_averaged), ("per_seed", b.per_seed)):
+        for pair, d in pairs.items():
+            rows.append({"level": level, "pair": pair, "r": d.r, "p": d.p, "n": d.n})
+    return pd.DataFrame(rows)
+
+
+def sentence(b: BridgeResult) -> str:
+    """The three correlations at both levels."""
+    out = []
+    for pairs, name in (
+        (b.seed_averaged, "uncoupled seed-averaged cells"),
+        (b.per_seed, "per-seed trajectories"),
+    ):
+        rs = []
+        for pair, d in pairs.items():
+            a, c = pair.split("__")
+            rs.append(f"{a} vs {c} r = {fmt(d.r)} (p = {fmt_p(d.p)})")
+        n = max(d.n for d in pairs.values())
+        out.append(f"Over {n} {name}: " + "; ".join(rs) + ".")
+    return " ".join(out)
+
+
+class Bridge(Section[BridgeResult]):
+    """SPEC §8 mechanism bridge (Figure 3)."""
+
+    name = "bridge"
+    heading = "Mechanism bridge (Figure 3)"
+    reads = ("baseline",)
+    table_names = ("bridge",)
+    figures = (Figure("fig3_bridge", "Figure 3 — mechanism bridge over uncoupled seed-averaged cells, "
+                      "with OLS lines", "sweep.report.figures:fig3_bridge"),)
+
+    def compute(self, data: Inputs) -> Computed[BridgeResult]:
+        return compute_bridge(data.layers)
+
+    def tables(self, result: BridgeResult) -> dict[str, pd.DataFrame | None]:
+        return {"bridge": table(result)}
+
+    def prose(self, result: BridgeResult) -> list[str]:
+        return [sentence(result)]
+
+    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+        return claims.bridge_claims(an)
+
+
+SECTION = Bridge()

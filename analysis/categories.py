@@ -2,16 +2,57 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pandas as pd
 
+from analysis import claims
 from analysis.frames import baseline, final_rows, layer_category
-from analysis.primitives import Section, num
+from analysis.primitives import OMIT_NONE, fmt, num, to_jsonable
+from analysis.section import Computed, Inputs, Result, Section
 
 CATEGORY_METRICS: tuple[str, ...] = ("attn_entropy", "attn_top1", "qk_erank", "pr_q")
 CATEGORIES: tuple[str, ...] = ("early", "mid", "late")
 
 
-def layer_categories_section(layers: pd.DataFrame) -> Section:
+@dataclass
+class CategoryMeans:
+    """Mean final metrics over the (run, layer) rows of one layer category, and their count."""
+
+    attn_entropy: float | None
+    attn_top1: float | None
+    qk_erank: float | None
+    pr_q: float | None
+    n: int
+
+
+@dataclass
+class DepthCategories:
+    """The categories at one depth, with the k = round(L/3) used (absent categories: None)."""
+
+    k: int
+    early: CategoryMeans | None = field(default=None, metadata=OMIT_NONE)
+    mid: CategoryMeans | None = field(default=None, metadata=OMIT_NONE)
+    late: CategoryMeans | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class CategoriesResult(Result):
+    """Final geometry per layer category, over all depths and per depth."""
+
+    overall: dict[str, CategoryMeans]  # stats.json "layer_categories": category -> means
+    by_depth: dict[str, DepthCategories]  # stats.json "layer_categories_by_depth"
+
+    def to_json(self) -> dict[str, object]:
+        return {"layer_categories": to_jsonable(self.overall),
+                "layer_categories_by_depth": to_jsonable(self.by_depth)}
+
+
+def _means(means: pd.DataFrame, counts: pd.Series, at) -> CategoryMeans:
+    return CategoryMeans(**{m: num(means.loc[at, m]) for m in CATEGORY_METRICS}, n=int(counts.loc[at]))
+
+
+def compute_categories(layers: pd.DataFrame) -> Computed[CategoriesResult]:
     """Mean final attn_entropy, attn_top1, qk_erank, pr_q per layer category (baseline runs).
 
     The mean is over all final (run, layer) rows of the category; ``by_depth``
@@ -19,33 +60,76 @@ def layer_categories_section(layers: pd.DataFrame) -> Section:
     """
     fin = final_rows(baseline(layers))
     if fin.empty:
-        return Section({}, {"layer_categories": "no baseline runs in the store"})
+        return Computed(None, {"layer_categories": "no baseline runs in the store"})
     fin = fin.assign(category=layer_category(fin["layer"], fin["depth"]))
     g = fin.groupby("category")[list(CATEGORY_METRICS)]
     means, counts = g.mean(), g.size()
     overall = {}
     for c in CATEGORIES:
         if c in means.index:
-            overall[c] = {m: num(means.loc[c, m]) for m in CATEGORY_METRICS}
-            overall[c]["n"] = int(counts.loc[c])
+            overall[c] = _means(means, counts, c)
     gd = fin.groupby(["depth", "category"])[list(CATEGORY_METRICS)]
     dmeans, dcounts = gd.mean(), gd.size()
-    by_depth: dict = {}
+    by_depth: dict[str, DepthCategories] = {}
     for d in sorted(fin["depth"].unique()):
-        entry: dict = {"k": int(round(int(d) / 3))}
-        for c in CATEGORIES:
-            if (d, c) in dmeans.index:
-                entry[c] = {m: num(dmeans.loc[(d, c), m]) for m in CATEGORY_METRICS}
-                entry[c]["n"] = int(dcounts.loc[(d, c)])
-        by_depth[str(int(d))] = entry
+        present = {c: _means(dmeans, dcounts, (d, c)) for c in CATEGORIES if (d, c) in dmeans.index}
+        by_depth[str(int(d))] = DepthCategories(k=int(round(int(d) / 3)), **present)
     missing = {}
     absent = [c for c in CATEGORIES if c not in overall]
     if absent:
         missing["layer_categories." + "/".join(absent)] = (
             "no layers fall in this category at the depths present"
         )
-    return Section(
-        {"layer_categories": overall, "layer_categories_by_depth": by_depth},
-        missing,
-        {"final_layers": fin},
+    return Computed(CategoriesResult(overall, by_depth), missing, {"final_layers": fin})
+
+
+def table(lc: CategoriesResult) -> pd.DataFrame:
+    """Mean final metrics per layer category, over all depths and per depth."""
+    rows = []
+    for cat, d in lc.overall.items():
+        rows.append({"depth": "all", "k": None, "category": cat, **to_jsonable(d)})
+    for depth, entry in lc.by_depth.items():
+        for cat in CATEGORIES:
+            if getattr(entry, cat) is not None:
+                rows.append({"depth": depth, "k": entry.k, "category": cat, **to_jsonable(getattr(entry, cat))})
+    df = pd.DataFrame(rows)
+    return df[["depth", "k", "category", "n", *CATEGORY_METRICS]]
+
+
+def sentence(result: CategoriesResult) -> str:
+    """Where the lowest entropy, the lowest QKᵀ rank and the largest PR_Q are."""
+    lc = result.overall
+    cats = [c for c in CATEGORIES if c in lc]
+    lo_h = min(cats, key=lambda c: lc[c].attn_entropy if lc[c].attn_entropy is not None else 1e9)
+    lo_e = min(cats, key=lambda c: lc[c].qk_erank if lc[c].qk_erank is not None else 1e9)
+    hi_q = max(cats, key=lambda c: lc[c].pr_q if lc[c].pr_q is not None else -1e9)
+    return (
+        f"The lowest final attention entropy is in the {lo_h} layers ({fmt(lc[lo_h].attn_entropy)} nats, "
+        f"top-1 {fmt(lc[lo_h].attn_top1)}), the lowest QKᵀ effective rank in the {lo_e} layers "
+        f"({fmt(lc[lo_e].qk_erank, '.2f')}), and the largest PR_Q in the {hi_q} layers "
+        f"({fmt(lc[hi_q].pr_q, '.2f')} dims)."
     )
+
+
+class Categories(Section[CategoriesResult]):
+    """SPEC §8 layer categories (early / mid / late)."""
+
+    name = "layer_categories"
+    heading = "Layer categories (final epoch)"
+    reads = ("baseline",)
+    table_names = ("layer_categories",)
+
+    def compute(self, data: Inputs) -> Computed[CategoriesResult]:
+        return compute_categories(data.layers)
+
+    def tables(self, result: CategoriesResult) -> dict[str, pd.DataFrame | None]:
+        return {"layer_categories": table(result)}
+
+    def prose(self, result: CategoriesResult) -> list[str]:
+        return [sentence(result)]
+
+    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+        return claims.category_claims(an)
+
+
+SECTION = Categories()

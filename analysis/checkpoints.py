@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pandas as pd
 
+from analysis import claims
 from analysis.frames import group_slopes
-from analysis.primitives import Section, num, pearson
+from analysis.primitives import OMIT_NONE, num, pearson, to_jsonable
+from analysis.section import Computed, Figure, Inputs, Result, Section
+
+
+@dataclass
+class SeriesFit:
+    """One checkpoint series: its slope on progress (None with < 3 revisions) and the link check."""
+
+    n_revisions: int
+    slope_pr_q_minus_pr_k: float | None
+    link_recurs: bool | None  # Pearson r > 0 for both (pr_k, qk_erank) and (qk_erank, attn_entropy)
+    r_pr_k__qk_erank: float | None
+    r_qk_erank__attn_entropy: float | None
+    n_rows: int
+
+
+@dataclass
+class CheckpointsResult(Result):
+    """Appendix A: per series fits and the counts over fitted series."""
+
+    key = "checkpoints"
+    series: dict[str, SeriesFit]
+    positive_series: int
+    n_fitted_series: int
+    link_recurs_series: int
+    failed_revisions: int | None = field(default=None, metadata=OMIT_NONE)
+    duplicate_revisions: dict[str, str] | None = field(default=None, metadata=OMIT_NONE)  # "series@rev" -> original
 
 
 def checkpoint_revision_means(checkpoints: pd.DataFrame) -> pd.DataFrame:
@@ -44,7 +73,7 @@ def checkpoint_revision_means(checkpoints: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["series", "progress"]).reset_index(drop=True)
 
 
-def checkpoints_section(checkpoints: pd.DataFrame) -> Section:
+def compute_checkpoints(checkpoints: pd.DataFrame) -> Computed[CheckpointsResult]:
     """Appendix A: per series slope of layer-mean pr_q − pr_k on progress and the link check.
 
     ``checkpoints -> {series: {name: {n_revisions, slope_pr_q_minus_pr_k, link_recurs,
@@ -55,10 +84,10 @@ def checkpoints_section(checkpoints: pd.DataFrame) -> Section:
     """
     revs = checkpoint_revision_means(checkpoints)
     if revs.empty:
-        return Section({}, {"checkpoints": "no ok checkpoint rows in the store"})
+        return Computed(None, {"checkpoints": "no ok checkpoint rows in the store"})
     sl = group_slopes(revs, ["series"], ["pr_q_minus_pr_k"], x="progress").set_index("series")
     ck = checkpoints[(checkpoints["status"] == "ok") & checkpoints["layer"].notna()]
-    series: dict = {}
+    series: dict[str, SeriesFit] = {}
     for name, sub in ck.groupby("series", sort=True):
         n_rev = int(sub["revision"].nunique())
         slope = num(sl.loc[name, "pr_q_minus_pr_k_slope"]) if n_rev >= 3 else None
@@ -67,30 +96,73 @@ def checkpoints_section(checkpoints: pd.DataFrame) -> Section:
         link = None
         if r1["r"] is not None and r2["r"] is not None:
             link = bool(r1["r"] > 0 and r2["r"] > 0)
-        series[str(name)] = {
-            "n_revisions": n_rev,
-            "slope_pr_q_minus_pr_k": slope,
-            "link_recurs": link,
-            "r_pr_k__qk_erank": r1["r"],
-            "r_qk_erank__attn_entropy": r2["r"],
-            "n_rows": int(len(sub)),
-        }
-    fitted = [s for s in series.values() if s["slope_pr_q_minus_pr_k"] is not None]
-    out = {
-        "series": series,
-        "positive_series": sum(s["slope_pr_q_minus_pr_k"] > 0 for s in fitted),
-        "n_fitted_series": len(fitted),
-        "link_recurs_series": sum(bool(s["link_recurs"]) for s in fitted),
-    }
+        series[str(name)] = SeriesFit(n_rev, slope, link, r1["r"], r2["r"], int(len(sub)))
+    fitted = [s for s in series.values() if s.slope_pr_q_minus_pr_k is not None]
+    out = CheckpointsResult(
+        series,
+        positive_series=sum(s.slope_pr_q_minus_pr_k > 0 for s in fitted),
+        n_fitted_series=len(fitted),
+        link_recurs_series=sum(bool(s.link_recurs) for s in fitted),
+    )
     failed = checkpoints[checkpoints["status"] == "failed"]
     if not failed.empty:
-        out["failed_revisions"] = int(failed[["series", "revision"]].drop_duplicates().shape[0])
+        out.failed_revisions = int(failed[["series", "revision"]].drop_duplicates().shape[0])
     dup = checkpoints[checkpoints["status"].astype(str).str.startswith("duplicate_of:")]
     if not dup.empty:  # same weights as another revision (sweep.integrity): not in the fits
         dup = dup.drop_duplicates(["series", "revision"])
-        out["duplicate_revisions"] = {f"{r.series}@{r.revision}": r.status.split(":", 1)[1]
-                                      for r in dup.itertuples()}
+        out.duplicate_revisions = {f"{r.series}@{r.revision}": r.status.split(":", 1)[1]
+                                   for r in dup.itertuples()}
     missing = {}
     if not fitted:
         missing["checkpoints.slopes"] = "no checkpoint series has >= 3 ok revisions"
-    return Section({"checkpoints": out}, missing, {"checkpoint_revisions": revs})
+    return Computed(out, missing, {"checkpoint_revisions": revs})
+
+
+def table(c: CheckpointsResult) -> pd.DataFrame | None:
+    """Per checkpoint series: revisions, slope of pr_q − pr_k on progress, link check."""
+    if not c.series:
+        return None
+    rows = [{"series": name, **to_jsonable(d)} for name, d in c.series.items()]
+    cols = ["series", "n_revisions", "slope_pr_q_minus_pr_k", "r_pr_k__qk_erank",
+            "r_qk_erank__attn_entropy", "link_recurs"]
+    return pd.DataFrame(rows)[cols]
+
+
+def sentence(c: CheckpointsResult) -> str:
+    """How many fitted series have a positive slope and where the link recurs; duplicates left out."""
+    text = (
+        f"The slope of layer-mean pr_q − pr_k on progress is positive in {c.positive_series} of "
+        f"{c.n_fitted_series} series with ≥ 3 revisions; the pr_k → qk_erank → attn_entropy link "
+        f"(both correlations positive) recurs in {c.link_recurs_series} of them."
+    )
+    if c.duplicate_revisions:
+        pairs = ", ".join(f"{rev} (= {orig})" for rev, orig in sorted(c.duplicate_revisions.items()))
+        text += (f" Left out of these fits: {len(c.duplicate_revisions)} revision(s) serving the same "
+                 f"weights as another revision of their series: {pairs}.")
+    return text
+
+
+class Checkpoints(Section[CheckpointsResult]):
+    """The paper's Appendix A over public checkpoint series."""
+
+    name = "checkpoints"
+    heading = "Appendix A — public checkpoint series"
+    reads = ("checkpoints",)
+    table_names = ("appendixA_checkpoints",)
+    figures = (Figure("figA_checkpoints", "Figure A — layer-mean PR_Q − PR_K against training progress per "
+                      "checkpoint series", "sweep.report.figures:figA_checkpoints"),)
+
+    def compute(self, data: Inputs) -> Computed[CheckpointsResult]:
+        return compute_checkpoints(data.checkpoints)
+
+    def tables(self, result: CheckpointsResult) -> dict[str, pd.DataFrame | None]:
+        return {"appendixA_checkpoints": table(result)}
+
+    def prose(self, result: CheckpointsResult) -> list[str]:
+        return [sentence(result)]
+
+    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+        return claims.checkpoint_claims(an)
+
+
+SECTION = Checkpoints()

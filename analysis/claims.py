@@ -5,16 +5,19 @@ per-seed array, statistic and expected direction."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from analysis import vocabulary as vocab
 from analysis.bootstrap import Reducer, column, count_runs, fraction, pearson_rows, pivot
-from analysis.compute import Analysis
 from analysis.reference import PAPER_REFERENCE, PAPER_TEXT
 from interventions import PAPER_CONDITIONS
 from model.qk_init import PAPER_INITS, QK_INITS
+
+if TYPE_CHECKING:  # the sections import this module; Analysis lives beside them
+    from analysis.section import Analysis
 
 # The claims are the paper's, so they are about the paper's regimes and conditions;
 # which of them is coupled and what each condition predicts come from the registries.
@@ -66,10 +69,10 @@ class Claim:
 
 def alignment_claims(an: Analysis) -> list[Claim]:
     fin, ini = an.frames.get("alignment_final"), an.frames.get("alignment_initial")
-    why = (an.stats.get("missing") or {}).get("alignment", "no alignment data")
+    why = an.missing.get("alignment", "no alignment data")
     inits = (COUPLED, *UNCOUPLED)
     out: list[Claim] = []
-    a = an.stats.get("alignment") or {}
+    a = an.results.get("alignment")
     ref = PAPER_REFERENCE["alignment"]
     ref_final = {i: (v["mean"], v["sd"]) for i, v in ref["final"].items()}
     ref_init = ref["initial"]
@@ -114,11 +117,11 @@ def alignment_claims(an: Analysis) -> list[Claim]:
         m, s = ref_final[init]
         out.append(Claim(f"alignment.final.{init}", "alignment", claim, paper, e, d, column(0),
                          count_runs(fin[fin["init"] == init]), spread=(m - s, m + s),
-                         level=(a.get("final") or {}).get(init, {}).get("mean")))
+                         level=a.final[init].mean if init in a.final else None))
     r = contrast(cf)
     note = None
-    if a.get("welch_p") is not None:
-        note = f"Welch p = {a['welch_p']:.2g}, Hedges' g = {a['hedges_g']:.2f}"
+    if a.welch_p is not None:
+        note = f"Welch p = {a.welch_p:.2g}, Hedges' g = {a.hedges_g:.2f}"
     out.append(Claim("alignment.contrast", "alignment", "final alignment: qk_identical above the uncoupled inits",
                      PAPER_TEXT["alignment.contrast"], Expect(">", 0), xf, r,
                      count_runs(fin), reason=None if r else need, note=note))
@@ -166,7 +169,7 @@ def slope_claims(an: Analysis) -> list[Claim]:
     out = []
     for cid, claim, paper, metric, sign in specs:
         if rs is None or rs.empty:
-            why = (an.stats.get("missing") or {}).get("slopes", "no baseline trajectories")
+            why = an.missing.get("slopes", "no baseline trajectories")
             out.append(Claim(cid, "slopes", claim, paper, Expect(">", 0.5), reason=why))
             continue
         x, _ = pivot(rs, "seed", ["init", "depth", "layer"], f"{metric}_slope")
@@ -211,7 +214,7 @@ def bridge_claims(an: Analysis) -> list[Claim]:
         cid, claim = f"bridge.{pair}", f"bridge r({pair.replace('__', ', ')}) > 0 over uncoupled seed-averaged cells"
         paper = PAPER_TEXT[cid]
         if ps is None or ps.empty:
-            why = (an.stats.get("missing") or {}).get("bridge", "no uncoupled baseline runs")
+            why = an.missing.get("bridge", "no uncoupled baseline runs")
             out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), reason=why))
             continue
         mats = [pivot(ps, "seed", ["init", "depth", "layer"], f"{m}_{k}")[0]
@@ -264,15 +267,15 @@ def intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
 
 
 def checkpoint_claims(an: Analysis) -> list[Claim]:
-    c = an.stats.get("checkpoints") or {}
-    fitted = {k: v for k, v in (c.get("series") or {}).items() if v.get("slope_pr_q_minus_pr_k") is not None}
-    why = (an.stats.get("missing") or {}).get("checkpoints.slopes") or (an.stats.get("missing") or {}).get(
+    c = an.results.get("checkpoints")
+    fitted = {k: v for k, v in (c.series if c else {}).items() if v.slope_pr_q_minus_pr_k is not None}
+    why = an.missing.get("checkpoints.slopes") or an.missing.get(
         "checkpoints", "no checkpoint series with >= 3 revisions")
     out = []
     specs = [("checkpoints.positive", "pr_q − pr_k slope on progress positive in a minority of series",
-              PAPER_TEXT["checkpoints.positive"], Expect("<", 0.5), lambda s: float(s["slope_pr_q_minus_pr_k"] > 0)),
+              PAPER_TEXT["checkpoints.positive"], Expect("<", 0.5), lambda s: float(s.slope_pr_q_minus_pr_k > 0)),
              ("checkpoints.link", "pr_k → qk_erank → attn_entropy link recurs in most series",
-              PAPER_TEXT["checkpoints.link"], Expect(">", 0.5), lambda s: float(bool(s.get("link_recurs"))))]
+              PAPER_TEXT["checkpoints.link"], Expect(">", 0.5), lambda s: float(bool(s.link_recurs)))]
     for cid, claim, paper, e, f in specs:
         if not fitted:
             out.append(Claim(cid, "checkpoints", claim, paper, e, unit="series", reason=why))
@@ -287,6 +290,7 @@ def checkpoint_claims(an: Analysis) -> list[Claim]:
 
 
 def all_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
-    """Every claim of SPEC §9 and Appendix A, in the scorecard's order."""
-    return (alignment_claims(an) + slope_claims(an) + category_claims(an) + bridge_claims(an)
-            + intervention_claims(an, paper_scale) + checkpoint_claims(an))
+    """Every registered section's claims, in report order (SPEC §9 and Appendix A for the built-in ones)."""
+    from analysis.compute import sections
+
+    return [c for sec in sections() for c in sec.claims(an, paper_scale)]

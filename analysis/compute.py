@@ -1,38 +1,52 @@
-"""``compute_all``: every SPEC §8 section on one preset's tables, as the JSON-ready ``stats``."""
+"""The section registry and ``compute_all``: every registered section on one preset's tables."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pandas as pd
 
 from analysis import vocabulary as vocab
-from analysis.alignment import alignment_section
-from analysis.bridge import bridge_section
-from analysis.categories import layer_categories_section
-from analysis.checkpoints import checkpoints_section
+from analysis.alignment import SECTION as ALIGNMENT
+from analysis.bridge import SECTION as BRIDGE
+from analysis.categories import SECTION as CATEGORIES
+from analysis.checkpoints import SECTION as CHECKPOINTS
 from analysis.frames import RUN_ID_COLS, baseline, diverged_runs, incomplete_runs
-from analysis.interventions import interventions_section
-from analysis.primitives import to_jsonable
+from analysis.interventions import SECTION as INTERVENTIONS
 from analysis.provenance import provenance
-from analysis.reference import PAPER_REFERENCE
-from analysis.slopes import slopes_section
+from analysis.section import Analysis, Inputs, Section
+from analysis.slopes import SECTION as SLOPES
+
+__all__ = ["SECTIONS", "Analysis", "compute_all", "register_section", "sections"]
+
+#: The SPEC §8 sections, in report order.
+BUILTIN_SECTIONS: tuple[Section, ...] = (ALIGNMENT, SLOPES, CATEGORIES, BRIDGE, INTERVENTIONS, CHECKPOINTS)
+#: Their names (the stats.json keys every report has: None, with a reason under ``missing``, without data).
+SECTIONS: tuple[str, ...] = tuple(s.name for s in BUILTIN_SECTIONS)
+
+_added: list[tuple[Section, str | None]] = []
 
 
-@dataclass
-class Analysis:
-    """Result of ``compute_all``: the JSON-ready stats plus the frames figures and tables use."""
+def register_section(section: Section, after: str | None = None) -> Section:
+    """Add ``section`` to every report, after the section named ``after`` (default: last).
 
-    stats: dict
-    frames: dict[str, pd.DataFrame]
-    layers: pd.DataFrame
-    epochs: pd.DataFrame
-    checkpoints: pd.DataFrame
+    A section registered again under its name replaces the earlier one. Returns ``section``.
+    """
+    if section.name in SECTIONS:
+        raise ValueError(f"section {section.name!r} is built in")
+    _added[:] = [(s, a) for s, a in _added if s.name != section.name] + [(section, after)]
+    return section
 
 
-#: The SPEC §8 sections every stats dict has (None, and listed under ``missing``, when not computable).
-SECTIONS: tuple[str, ...] = ("alignment", "slopes", "layer_categories", "bridge", "interventions", "checkpoints")
+def sections() -> tuple[Section, ...]:
+    """Every section in report order: the built-in ones, then the registered ones where they asked."""
+    order = list(BUILTIN_SECTIONS)
+    for sec, after in _added:
+        names = [s.name for s in order]
+        if after is not None and after not in names:
+            raise ValueError(f"section {sec.name!r}: no section {after!r} to follow ({', '.join(names)})")
+        order.insert(names.index(after) + 1 if after is not None else len(order), sec)
+    return tuple(order)
 
 
 def _dedupe(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -42,7 +56,7 @@ def _dedupe(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
 
 
 def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None) -> Analysis:
-    """Every §8 section on whatever the tables hold; never raises on a partial store.
+    """Every registered section on whatever the tables hold; never raises on a partial store.
 
     ``preset`` keeps only the runs of that preset (checkpoints are kept whole).
     """
@@ -84,28 +98,19 @@ def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None) -> A
                 f"{n_running} run(s) still running: their last logged epoch is used as final"
             )
 
-    stats: dict = {"provenance": provenance(layers, epochs, checkpoints)}
-    stats["provenance"]["excluded_runs"] = {r: "diverged" for r in bad} | short
-    if len(stats["provenance"]["presets"]) > 1:
-        notes.append(
-            "the store mixes presets "
-            + ", ".join(stats["provenance"]["presets"])
-            + "; pass a preset to keep one"
-        )
+    prov = provenance(layers, epochs, checkpoints)
+    prov["excluded_runs"] = {r: "diverged" for r in bad} | short
+    if len(prov["presets"]) > 1:
+        notes.append("the store mixes presets " + ", ".join(prov["presets"]) + "; pass a preset to keep one")
     missing: dict[str, str] = {}
     frames: dict[str, pd.DataFrame] = {}
-    sections = [
-        alignment_section(layers),
-        slopes_section(layers),
-        layer_categories_section(layers),
-        bridge_section(layers),
-        interventions_section(layers, epochs),
-        checkpoints_section(checkpoints),
-    ]
-    for sec in sections:
-        stats.update(sec.stats)
-        missing.update(sec.missing)
-        frames.update(sec.frames)
+    results = {}
+    data = Inputs(layers, epochs, checkpoints)
+    for sec in sections():
+        done = sec.compute(data)
+        results[sec.name] = done.result
+        missing.update(done.missing)
+        frames.update(done.frames)
     base = baseline(layers)
     if not base.empty:
         absent = [i for i in vocab.inits() if i not in set(base["init"])]
@@ -113,9 +118,4 @@ def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None) -> A
             missing["baseline.inits"] = (
                 f"init(s) absent from the baseline: {', '.join(absent)}; groups pool only the inits present"
             )
-    for key in SECTIONS:
-        stats.setdefault(key, None)
-    stats["missing"] = missing
-    stats["notes"] = notes
-    stats["reference"] = PAPER_REFERENCE
-    return Analysis(to_jsonable(stats), frames, layers, epochs, checkpoints)
+    return Analysis(results, prov, missing, notes, frames, layers, epochs, checkpoints)

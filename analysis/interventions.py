@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 import numpy as np
 import pandas as pd
 
+from analysis import claims
 from analysis import vocabulary as vocab
 from analysis.frames import (
     RUN_ID_COLS,
@@ -14,7 +18,8 @@ from analysis.frames import (
     ordered_inits,
     run_layer_means,
 )
-from analysis.primitives import Section, describe, num
+from analysis.primitives import OMIT_NONE, Summary, num, to_jsonable
+from analysis.section import Computed, Inputs, Result, Section
 
 #: Table 5 metrics; the first four are final layer-means from ``layers``, val_loss from ``epochs``.
 INTERVENTION_LAYER_METRICS: tuple[str, ...] = ("attn_entropy", "logit_std", "qk_erank", "pr_k")
@@ -62,28 +67,69 @@ def paired_differences(outcomes: pd.DataFrame) -> pd.DataFrame:
     return m.drop(columns=[f"{c}__none" for c in INTERVENTION_METRICS])
 
 
-def _condition_stats(runs: pd.DataFrame, pairs: pd.DataFrame, cond: str) -> dict:
-    entry: dict = {}
+@dataclass
+class Outcome:
+    """One Table 5 metric of a condition: over its runs, and the paired difference from ``none``."""
+
+    mean: float | None
+    sd: float | None
+    n: int
+    delta: float | None
+    delta_sd: float | None
+    n_pairs: int
+
+
+@dataclass
+class ConditionStats:
+    """Table 5 for one condition (``INTERVENTION_METRICS`` are its first five fields)."""
+
+    attn_entropy: Outcome
+    logit_std: Outcome
+    qk_erank: Outcome
+    pr_k: Outcome
+    val_loss: Outcome
+    n_seeds: int  # runs of the condition (one per seed), not distinct seed numbers
+    n_pairs: int
+    predicted: dict[str, str] | None  # metric -> "+" / "-"
+    confidence: float | None = None  # fraction of pairs where every predicted direction holds
+    confidence_by_metric: dict[str, float | None] | None = None
+    n_confidence: int | None = field(default=None, metadata=OMIT_NONE)
+
+    def outcome(self, metric: str) -> Outcome:
+        return getattr(self, metric)
+
+
+#: condition -> its statistics
+Conditions = dict[str, ConditionStats]
+
+
+@dataclass
+class InterventionsResult(Result):
+    """Table 5 for one init (``init``), and per init when the store holds several."""
+
+    conditions: Conditions  # stats.json "interventions"
+    init: str  # "interventions_init"
+    by_init: dict[str, Conditions] | None  # "interventions_by_init", only with several inits
+
+    def to_json(self) -> dict[str, object]:
+        out = {"interventions": to_jsonable(self.conditions), "interventions_init": self.init}
+        if self.by_init is not None:
+            out["interventions_by_init"] = to_jsonable(self.by_init)
+        return out
+
+
+def _condition_stats(runs: pd.DataFrame, pairs: pd.DataFrame, cond: str) -> ConditionStats:
     r = runs[runs["intervention"] == cond]
     p = pairs[pairs["intervention"] == cond]
+    outcomes = {}
     for mtr in INTERVENTION_METRICS:
-        d = describe(r[mtr].astype(float))
-        dd = describe(p[f"d_{mtr}"].astype(float)) if not p.empty else describe([])
-        entry[mtr] = {
-            "mean": d["mean"],
-            "sd": d["sd"],
-            "n": d["n"],
-            "delta": dd["mean"],
-            "delta_sd": dd["sd"],
-            "n_pairs": dd["n"],
-        }
-    entry["n_seeds"] = int(len(r))  # runs of the condition (one per seed), not distinct seed numbers
-    entry["n_pairs"] = int(len(p))
+        d = Summary.of(r[mtr].astype(float))
+        dd = Summary.of(p[f"d_{mtr}"].astype(float)) if not p.empty else Summary.of([])
+        outcomes[mtr] = Outcome(d.mean, d.sd, d.n, dd.mean, dd.sd, dd.n)
     pred = vocab.predicted(cond)
-    entry["predicted"] = {k: ("+" if v > 0 else "-") for k, v in pred.items()} if pred else None
+    entry = ConditionStats(**outcomes, n_seeds=int(len(r)), n_pairs=int(len(p)),
+                           predicted={k: ("+" if v > 0 else "-") for k, v in pred.items()} if pred else None)
     if not pred or p.empty:
-        entry["confidence"] = None
-        entry["confidence_by_metric"] = None
         return entry
     holds = {}
     finite_all = np.ones(len(p), bool)
@@ -95,13 +141,13 @@ def _condition_stats(runs: pd.DataFrame, pairs: pd.DataFrame, cond: str) -> dict
         holds[mtr] = num(h[fin].mean()) if fin.any() else None
         finite_all &= fin
         all_hold &= h
-    entry["confidence"] = num(all_hold[finite_all].mean()) if finite_all.any() else None
-    entry["confidence_by_metric"] = holds
-    entry["n_confidence"] = int(finite_all.sum())
+    entry.confidence = num(all_hold[finite_all].mean()) if finite_all.any() else None
+    entry.confidence_by_metric = holds
+    entry.n_confidence = int(finite_all.sum())
     return entry
 
 
-def interventions_section(layers: pd.DataFrame, epochs: pd.DataFrame) -> Section:
+def compute_interventions(layers: pd.DataFrame, epochs: pd.DataFrame) -> Computed[InterventionsResult]:
     """Table 5: per condition mean/sd of the final metrics, paired deltas vs ``none``, confidence.
 
     Shape: ``interventions -> condition -> {metric: {mean, sd, n, delta, delta_sd, n_pairs},
@@ -112,7 +158,7 @@ def interventions_section(layers: pd.DataFrame, epochs: pd.DataFrame) -> Section
     """
     runs = intervention_outcomes(layers, epochs)
     if runs.empty:
-        return Section({}, {"interventions": "no intervention runs in the store"})
+        return Computed(None, {"interventions": "no intervention runs in the store"})
     pairs = paired_differences(runs)
     missing: dict[str, str] = {}
     if pairs.empty:
@@ -120,7 +166,7 @@ def interventions_section(layers: pd.DataFrame, epochs: pd.DataFrame) -> Section
             "no intervention run has a matched `none` run (same init, depth, seed); "
             "deltas and confidence scores not computed"
         )
-    by_init: dict = {}
+    by_init: dict[str, Conditions] = {}
     inits = ordered_inits(runs["init"])
     for init in inits:
         r = runs[runs["init"] == init]
@@ -129,10 +175,93 @@ def interventions_section(layers: pd.DataFrame, epochs: pd.DataFrame) -> Section
         conds += sorted(set(r["intervention"]) - set(vocab.conditions()))
         by_init[init] = {c: _condition_stats(r, p, c) for c in conds}
     main = vocab.DEFAULT_INIT if vocab.DEFAULT_INIT in by_init else inits[0]
-    out: dict = {"interventions": by_init[main], "interventions_init": main}
-    if len(inits) > 1:
-        out["interventions_by_init"] = by_init
+    out = InterventionsResult(by_init[main], main, by_init if len(inits) > 1 else None)
     absent = [c for c in vocab.conditions() if c not in by_init[main]]
     if absent:
         missing["interventions.conditions"] = f"conditions absent for {main}: {', '.join(absent)}"
-    return Section(out, missing, {"intervention_runs": runs, "intervention_pairs": pairs})
+    return Computed(out, missing, {"intervention_runs": runs, "intervention_pairs": pairs})
+
+
+def _condition_rows(iv: InterventionsResult, row: Callable[[str, ConditionStats], dict | None]) -> pd.DataFrame | None:
+    """One row per (init, condition); the init column only when the store holds more than one
+    init's interventions."""
+    blocks = iv.by_init or {iv.init: iv.conditions}
+    rows = [{"init": init, "condition": cond, "label": vocab.condition_label(cond), **r}
+            for init, conds in blocks.items() for cond, e in conds.items()
+            if (r := row(cond, e)) is not None]
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    return df if len(blocks) > 1 else df.drop(columns="init")
+
+
+def table5_interventions(iv: InterventionsResult) -> pd.DataFrame | None:
+    """Per condition: mean and sd over seeds of the final metrics, and the confidence score."""
+    def row(cond: str, e: ConditionStats) -> dict:
+        r: dict = {"n_seeds": e.n_seeds}
+        for m in INTERVENTION_METRICS:
+            r[f"{m}_mean"], r[f"{m}_sd"] = e.outcome(m).mean, e.outcome(m).sd
+        return {**r, "confidence": e.confidence}
+
+    return _condition_rows(iv, row)
+
+
+def table5_deltas(iv: InterventionsResult) -> pd.DataFrame | None:
+    """Per condition: paired difference from the control (mean over seeds) and direction fractions."""
+    def row(cond: str, e: ConditionStats) -> dict | None:
+        if cond == vocab.CONTROL:
+            return None
+        r: dict = {"n_pairs": e.n_pairs}
+        r.update({f"delta_{m}": e.outcome(m).delta for m in INTERVENTION_METRICS})
+        r["predicted"] = ", ".join(f"{m} {s}" for m, s in (e.predicted or {}).items()) or None
+        by = e.confidence_by_metric or {}
+        r.update({f"holds_{m}": by.get(m) for m in ("attn_entropy", "logit_std", "qk_erank")})
+        return {**r, "confidence": e.confidence}
+
+    return _condition_rows(iv, row)
+
+
+def sentence(iv: InterventionsResult) -> str:
+    """Per condition: the paired deltas and how often every predicted direction holds."""
+    out = []
+    for cond, e in iv.conditions.items():
+        if cond == vocab.CONTROL:
+            continue
+        deltas = ", ".join(
+            f"Δ{m} {e.outcome(m).delta:+.3g}"
+            for m in ("attn_entropy", "logit_std", "qk_erank")
+            if e.outcome(m).delta is not None
+        )
+        if e.confidence is not None:
+            n = e.n_confidence if e.n_confidence is not None else e.n_pairs
+            k = round(e.confidence * n)
+            conf = f"every predicted direction holds in {k} of {n} seeds (confidence {e.confidence:.2f})"
+        else:
+            conf = "no predicted direction (no confidence score)"
+        out.append(f"{vocab.condition_label(cond)}: {deltas or 'no paired deltas'}; {conf}.")
+    return (f"Paired differences from the matched `{vocab.CONTROL}` run ({vocab.init_label(iv.init)}): "
+            + " ".join(out))
+
+
+class Interventions(Section[InterventionsResult]):
+    """SPEC §8 Table 5."""
+
+    name = "interventions"
+    heading = "Table 5 — interventions"
+    reads = ("interventions",)
+    table_names = ("table5_interventions", "table5_deltas")
+
+    def compute(self, data: Inputs) -> Computed[InterventionsResult]:
+        return compute_interventions(data.layers, data.epochs)
+
+    def tables(self, result: InterventionsResult) -> dict[str, pd.DataFrame | None]:
+        return {"table5_interventions": table5_interventions(result), "table5_deltas": table5_deltas(result)}
+
+    def prose(self, result: InterventionsResult) -> list[str]:
+        return [sentence(result)]
+
+    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+        return claims.intervention_claims(an, paper_scale)
+
+
+SECTION = Interventions()

@@ -1,7 +1,8 @@
-"""Generic statistics primitives: JSON-safe numbers, descriptions, tests, correlations, ``Section``."""
+"""Generic statistics primitives: JSON-safe values, descriptions, tests and correlations."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Iterable, Sequence
@@ -23,8 +24,29 @@ def num(x) -> float | None:
     return v if math.isfinite(v) else None
 
 
+#: Field metadata of a result dataclass: leave the key out of stats.json when the value is None.
+OMIT_NONE = {"omit_none": True}
+
+
+def fmt(v: float | None, spec: str = ".3f") -> str:
+    """A number for a sentence ("n/a" for None)."""
+    return "n/a" if v is None else format(v, spec)
+
+
+def fmt_p(v: float | None) -> str:
+    """A p-value for a sentence ("n/a" for None)."""
+    return "n/a" if v is None else f"{v:.2g}"
+
+
 def to_jsonable(obj):
-    """Recursively turn numpy/pandas scalars into JSON values (NaN/inf -> None, keys -> str)."""
+    """Recursively turn results into JSON values: the one NaN -> null conversion of stats.json.
+
+    Dataclasses become dicts in field order (a field with ``OMIT_NONE`` metadata is left
+    out while None); numpy/pandas scalars become Python ones (NaN/inf -> None); keys -> str.
+    """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.metadata.get("omit_none") and getattr(obj, f.name) is None)}
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -118,9 +140,39 @@ def count_desc(v: np.ndarray) -> dict:
 
 
 @dataclass
-class Section:
-    """A section's JSON-ready result plus the reasons for anything it could not compute."""
+class Summary:
+    """Mean, sample sd (ddof = 1; None when n < 2) and count of the finite values."""
 
-    stats: dict
-    missing: dict[str, str] = field(default_factory=dict)
-    frames: dict[str, pd.DataFrame] = field(default_factory=dict)
+    mean: float | None
+    sd: float | None
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Summary:
+        return cls(**describe(values))
+
+
+@dataclass
+class SlopeCount(Summary):
+    """A ``Summary`` of slopes plus how many are positive and negative."""
+
+    positive: int = 0
+    negative: int = 0
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> SlopeCount:
+        return cls(**count_desc(np.asarray(values, float)))
+
+
+@dataclass
+class Correlation:
+    """Pearson ``r``, ``p`` and ``n``; ``note`` says why r is undefined."""
+
+    r: float | None
+    p: float | None
+    n: int
+    note: str | None = field(default=None, metadata=OMIT_NONE)
+
+    @classmethod
+    def of(cls, x: Sequence[float], y: Sequence[float]) -> Correlation:
+        return cls(**pearson(x, y))

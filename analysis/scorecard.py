@@ -30,17 +30,20 @@ means each seed alone shows the direction. It is run anyway and the row says
 ``n = 2``; read such verdicts as a weak check. BCa is not used: its jackknife
 acceleration is degenerate for n < 3 and unstable for a handful of seeds.
 
-Row shape (``stats.json["scorecard"]`` is a list of these)::
-
-    {preset, id, section, claim, paper, expected, value, ci_low, ci_high, n, unit,
-     n_runs, verdict, reason, paper_spread, within_paper_spread, skipped_files}
+Row shape: ``ScorecardRow`` (``stats.json["scorecard"]`` is a list of them as dicts). The
+markdown and terminal renderings read those dicts, so a multi-preset index renders each
+preset's scorecard from its stats.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from analysis.bootstrap import N_RESAMPLES, seed_bootstrap
 from analysis.claims import Expect, all_claims
 from analysis.compute import Analysis
+from analysis.primitives import to_jsonable
+from analysis.section import Result
 
 VERDICTS = ("reproduced", "direction only", "not reproduced", "not measured")
 
@@ -68,8 +71,31 @@ def verdict(value: float | None, lo: float | None, hi: float | None, e: Expect) 
     return "direction only"
 
 
+@dataclass
+class ScorecardRow:
+    """One claim's row (``stats.json["scorecard"]`` holds them as dicts, in this order)."""
+
+    preset: str | None
+    id: str
+    section: str  # the registered section the claim belongs to
+    claim: str
+    paper: str  # the paper's value, as the paper states it
+    expected: str  # the expected direction, e.g. "> 0"
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int  # units resampled
+    unit: str  # "seeds" or "series"
+    n_runs: int
+    verdict: str  # one of VERDICTS
+    reason: str | None  # why not measured, or notes on the value
+    paper_spread: str | None
+    within_paper_spread: bool | None
+    skipped_files: bool  # an unreadable store file belongs to this section's runs
+
+
 def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
-                    touched: set[str] | frozenset[str] = frozenset()) -> list[dict]:
+                    touched: set[str] | frozenset[str] = frozenset()) -> list[ScorecardRow]:
     """Every scorecard row for one preset's analysis.
 
     paper_scale: the preset is ``paper`` (adds the paper-spread check);
@@ -97,14 +123,14 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
             level = c.level if c.level is not None else value
             if paper_scale and level is not None:
                 within = bool(c.spread[0] <= level <= c.spread[1])
-        rows.append({
-            "preset": preset, "id": c.id, "section": c.section, "claim": c.claim, "paper": c.paper,
-            "expected": c.expect.text(), "value": value, "ci_low": lo, "ci_high": hi, "n": n,
-            "unit": c.unit, "n_runs": c.n_runs, "verdict": verdict(value, lo, hi, c.expect),
-            "reason": reason if value is None else ("; ".join(notes) or None),
-            "paper_spread": spread, "within_paper_spread": within,
-            "skipped_files": c.section in touched,
-        })
+        rows.append(ScorecardRow(
+            preset=preset, id=c.id, section=c.section, claim=c.claim, paper=c.paper,
+            expected=c.expect.text(), value=value, ci_low=lo, ci_high=hi, n=n,
+            unit=c.unit, n_runs=c.n_runs, verdict=verdict(value, lo, hi, c.expect),
+            reason=reason if value is None else ("; ".join(notes) or None),
+            paper_spread=spread, within_paper_spread=within,
+            skipped_files=c.section in touched,
+        ))
     return rows
 
 
@@ -113,7 +139,7 @@ def num(v: float | None, fmt: str = ".3g") -> str:
 
 
 def render_markdown(rows: list[dict], paper_scale: bool) -> list[str]:
-    """The scorecard as a Markdown table plus the method note (lines)."""
+    """The scorecard as a Markdown table plus the method note (lines), from stats.json's rows."""
     head = ["claim", "paper", "this store [95 % CI]", "n", "expected", "verdict"]
     if paper_scale:
         head.append("within paper spread")
@@ -150,3 +176,35 @@ def render_text(rows: list[dict]) -> list[str]:
         extra = f" — {r['reason']}" if r["verdict"] == "not measured" and r["reason"] else ""
         out.append(f"{r['verdict']:<15} {r['claim']}: paper {r['paper']}; here {val}{flag}{extra}")
     return out
+
+
+@dataclass
+class ScorecardResult(Result):
+    """The scorecard of one preset: its rows (see the module docstring), and whether it is at paper scale."""
+
+    rows: list[ScorecardRow]
+    paper_scale: bool
+
+    def to_json(self) -> dict[str, object]:
+        return {"scorecard": to_jsonable(self.rows), "scorecard_method": METHOD_NOTE}
+
+
+class Scorecard:
+    """The report's first section: one row per claim of every registered section (``Section.claims``).
+
+    Not in the section registry: it runs after the others (their results are its input) and
+    reads which store files could not be read.
+    """
+
+    name = "scorecard"
+    heading = "Reproduction scorecard"
+
+    def compute(self, an: Analysis, preset: str | None, paper_scale: bool,
+                touched: set[str] | frozenset[str] = frozenset()) -> ScorecardResult:
+        return ScorecardResult(build_scorecard(an, preset, paper_scale, touched), paper_scale)
+
+    def markdown(self, rows: list[dict], paper_scale: bool) -> list[str]:
+        return render_markdown(rows, paper_scale)
+
+
+SCORECARD = Scorecard()

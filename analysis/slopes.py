@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from analysis import claims
 from analysis import vocabulary as vocab
 from analysis.frames import RUN_ID_COLS, baseline, group_slopes, seed_averaged_traces
-from analysis.primitives import Section, count_desc
+from analysis.primitives import SlopeCount, to_jsonable
+from analysis.section import Computed, Figure, Inputs, Result, Section
 
 SLOPE_METRICS: tuple[str, ...] = ("pr_q", "pr_k", "pr_q_minus_pr_k")
 
@@ -31,22 +34,37 @@ def run_slopes(layers: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     return group_slopes(layers, keys, metrics)
 
 
-def _slope_groups(slopes: pd.DataFrame, metrics: Sequence[str]) -> tuple[dict, dict[str, str]]:
-    out: dict = {}
+#: group ("uncoupled", "coupled", "pooled") -> metric -> counts of its slopes
+SlopeGroups = dict[str, dict[str, SlopeCount]]
+
+
+@dataclass
+class SlopesResult(Result):
+    """Table 4: slope counts per init group, over seed-averaged traces and over every run."""
+
+    traces: SlopeGroups  # stats.json "slopes": the paper's unit
+    per_run: SlopeGroups  # stats.json "slopes_per_run"
+
+    def to_json(self) -> dict[str, object]:
+        return {"slopes": to_jsonable(self.traces), "slopes_per_run": to_jsonable(self.per_run)}
+
+
+def _slope_groups(slopes: pd.DataFrame, metrics: Sequence[str]) -> tuple[SlopeGroups, dict[str, str]]:
+    out: SlopeGroups = {}
     missing: dict[str, str] = {}
     groups = vocab.slope_groups()
     for group, members in groups.items():
         sub = slopes[slopes["init"].isin(members)] if not slopes.empty else slopes
         out[group] = {
-            m: count_desc(sub[f"{m}_slope"].to_numpy(float) if not sub.empty else np.array([]))
+            m: SlopeCount.of(sub[f"{m}_slope"].to_numpy(float) if not sub.empty else np.array([]))
             for m in metrics
         }
-        if all(out[group][m]["n"] == 0 for m in metrics):
+        if all(out[group][m].n == 0 for m in metrics):
             missing[group] = f"no trajectories of {', '.join(members)} with >= 2 logged epochs"
     return out, missing
 
 
-def slopes_section(layers: pd.DataFrame) -> Section:
+def compute_slopes(layers: pd.DataFrame) -> Computed[SlopesResult]:
     """Table 4: slopes of pr_q, pr_k, pr_q − pr_k over seed-averaged traces, per group.
 
     ``slopes`` is over seed-averaged traces (the paper's unit); ``slopes_per_run``
@@ -54,7 +72,7 @@ def slopes_section(layers: pd.DataFrame) -> Section:
     """
     base = baseline(layers)
     if base.empty:
-        return Section({}, {"slopes": "no baseline runs in the store"})
+        return Computed(None, {"slopes": "no baseline runs in the store"})
     ts = trace_slopes(base, SLOPE_METRICS)
     rs = run_slopes(base, SLOPE_METRICS)
     groups, miss = _slope_groups(ts, SLOPE_METRICS)
@@ -62,8 +80,59 @@ def slopes_section(layers: pd.DataFrame) -> Section:
     missing = {f"slopes.{g}": r for g, r in miss.items()}
     if len(miss) == len(groups):
         missing = {"slopes": "no baseline trajectory has >= 2 logged epochs"}
-    return Section(
-        {"slopes": groups, "slopes_per_run": groups_run},
-        missing,
-        {"trace_slopes": ts, "run_slopes": rs},
-    )
+    return Computed(SlopesResult(groups, groups_run), missing, {"trace_slopes": ts, "run_slopes": rs})
+
+
+def table4_slopes(s: SlopesResult) -> pd.DataFrame | None:
+    """Slopes over seed-averaged traces: mean, sd, n, positive, negative per group and metric."""
+    rows = []
+    for group, metrics in s.traces.items():
+        for metric, d in metrics.items():
+            rows.append({"group": group, "metric": metric, **to_jsonable(d)})
+    df = pd.DataFrame(rows)
+    return df if (df["n"] > 0).any() else None
+
+
+def sentence(s: SlopesResult) -> str:
+    """How many seed-averaged traces rise or fall, pooled and per group."""
+    sl = s.traces
+    bits = []
+    for metric, verb, key in (
+        ("pr_q_minus_pr_k", "pr_q − pr_k rises", "positive"),
+        ("pr_k", "pr_k falls", "negative"),
+        ("pr_q", "pr_q rises", "positive"),
+    ):
+        pooled = sl["pooled"][metric]
+        groups = ", ".join(
+            f"{g} {getattr(sl[g][metric], key)}/{sl[g][metric].n}"
+            for g in ("uncoupled", "coupled")
+            if sl[g][metric].n
+        )
+        bits.append(f"{verb} in {getattr(pooled, key)} of {pooled.n} seed-averaged traces ({groups})")
+    return "; ".join(bits) + "."
+
+
+class Slopes(Section[SlopesResult]):
+    """SPEC §8 Table 4 and Figure 2."""
+
+    name = "slopes"
+    heading = "Table 4 — slopes over seed-averaged traces"
+    reads = ("baseline",)
+    table_names = ("table4_slopes",)
+    figures = (Figure("fig2_pr", "Figure 2 — layer-mean PR_Q and PR_K per init and depth (mean ± sd over "
+                      "seeds)", "sweep.report.figures:fig2_pr"),)
+
+    def compute(self, data: Inputs) -> Computed[SlopesResult]:
+        return compute_slopes(data.layers)
+
+    def tables(self, result: SlopesResult) -> dict[str, pd.DataFrame | None]:
+        return {"table4_slopes": table4_slopes(result)}
+
+    def prose(self, result: SlopesResult) -> list[str]:
+        return [sentence(result)]
+
+    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+        return claims.slope_claims(an)
+
+
+SECTION = Slopes()

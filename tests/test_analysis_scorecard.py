@@ -7,6 +7,8 @@ per-seed values), not through ``analysis``.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -23,7 +25,7 @@ from sweep.synthetic.planted import _default_effects
 
 def _rows(tb: dict, preset: str = "paper") -> dict[str, dict]:
     an = compute_all(tb)
-    return {r["id"]: r for r in sc.build_scorecard(an, preset, paper_scale=preset == "paper")}
+    return {r.id: asdict(r) for r in sc.build_scorecard(an, preset, paper_scale=preset == "paper")}
 
 
 def _hand_deltas(tb: dict, cond: str, metric: str) -> np.ndarray:

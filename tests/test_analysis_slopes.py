@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis.slopes import SLOPE_METRICS, run_slopes, trace_slopes
+from analysis.primitives import SlopeCount
+from analysis.slopes import SLOPE_METRICS, SlopesResult, run_slopes, table4_slopes, trace_slopes
 from sweep.synthetic import (
     expected_slope_counts,
 )
@@ -77,3 +79,18 @@ def test_slope_summary_mean_sd(paper_analysis):
     d = paper_analysis.stats["slopes"]["coupled"]["pr_k"]
     assert d["mean"] == pytest.approx(np.mean(v))
     assert d["sd"] == pytest.approx(np.std(v, ddof=1))
+
+
+def test_table4_slopes_has_one_row_per_group_and_metric() -> None:
+    res = SlopesResult({
+        "uncoupled": {"pr_k_slope": SlopeCount(-0.5, 0.1, 4, 0, 4)},
+        "coupled": {"pr_k_slope": SlopeCount(0.25, 0.05, 2, 2, 0), "pr_q_slope": SlopeCount(0.0, 0.0, 2, 0, 0)}},
+        per_run={})
+    df = table4_slopes(res)
+    expected = pd.DataFrame([
+        {"group": "uncoupled", "metric": "pr_k_slope", "mean": -0.5, "sd": 0.1, "n": 4, "positive": 0, "negative": 4},
+        {"group": "coupled", "metric": "pr_k_slope", "mean": 0.25, "sd": 0.05, "n": 2, "positive": 2, "negative": 0},
+        {"group": "coupled", "metric": "pr_q_slope", "mean": 0.0, "sd": 0.0, "n": 2, "positive": 0, "negative": 0}])
+    pd.testing.assert_frame_equal(df, expected)
+    none_fitted = SlopesResult({"pooled": {"pr_k_slope": SlopeCount(None, None, 0, 0, 0)}}, per_run={})
+    assert table4_slopes(none_fitted) is None

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis.checkpoints import checkpoints_section
+from analysis.checkpoints import compute_checkpoints, sentence
 from sweep.extension.checkpoint_series import load_manifest
 from sweep.extension.integrity import duplicate_status, mark_duplicates, weights_sha256
 from sweep.extension.revision_probe import (
@@ -20,7 +20,6 @@ from sweep.extension.revision_probe import (
     probe_revision,
 )
 from sweep.extension.tiny_series import build
-from sweep.report.prose import sentence_checkpoints
 from sweep.store import Store
 
 TEXT = " ".join(f"def f{i}(x): return x + {i}  # add {i}" for i in range(300))
@@ -64,9 +63,8 @@ def test_copied_revision_is_marked_and_left_out_of_appendix_a(series_with_a_copy
     status = df.groupby("revision")["status"].agg(set).to_dict()
     assert status == {"step0": {"ok"}, "step5": {"duplicate_of:step20"}, "step10": {"ok"}, "step20": {"ok"}}
 
-    section = checkpoints_section(df)
-    c = section.stats["checkpoints"]
-    assert c["series"][name]["n_revisions"] == 3
-    assert c["duplicate_revisions"] == {f"{name}@step5": "step20"}
-    assert "Left out of these fits: 1 revision(s)" in sentence_checkpoints(section.stats)
-    assert f"{name}@step5 (= step20)" in sentence_checkpoints(section.stats)
+    c = compute_checkpoints(df).result
+    assert c.series[name].n_revisions == 3
+    assert c.duplicate_revisions == {f"{name}@step5": "step20"}
+    assert "Left out of these fits: 1 revision(s)" in sentence(c)
+    assert f"{name}@step5 (= step20)" in sentence(c)

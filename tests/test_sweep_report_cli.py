@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.compute import SECTIONS
+from analysis.compute import SECTIONS, compute_all
 from sweep import report
 from sweep.report import tables
 from sweep.synthetic import (
@@ -98,9 +98,8 @@ def test_figures_are_written(full_run):
 
 
 def test_tables_round_trip_and_parse(full_run):
-    _, out, *_ = full_run
-    s = _strict_json(out / "stats.json")
-    built = tables.build_tables(s)
+    _, out, tb, *_ = full_run
+    built = tables.build_tables(compute_all(tb))
     for name in ALL_TABLES + ("table3_contrast", "table5_deltas", "reference_comparison"):
         csv = out / "tables" / f"{name}.csv"
         back = pd.read_csv(csv)

@@ -1,26 +1,11 @@
-"""sweep/report/tables.py: a table built from a hand-written stats dict, and its CSV / Markdown /
-LaTeX files (full precision, four significant digits, ``--`` for missing, LaTeX escaping)."""
+"""sweep/report/tables.py: a table's CSV / Markdown / LaTeX files (full precision, four significant
+digits, ``--`` for missing, LaTeX escaping)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from sweep.report import tables
-
-
-def test_table4_slopes_has_one_row_per_group_and_metric() -> None:
-    stats = {"slopes": {
-        "uncoupled": {"pr_k_slope": {"mean": -0.5, "sd": 0.1, "n": 4, "positive": 0, "negative": 4}},
-        "coupled": {"pr_k_slope": {"mean": 0.25, "sd": 0.05, "n": 2, "positive": 2, "negative": 0},
-                    "pr_q_slope": {"mean": 0.0, "sd": 0.0, "n": 2, "positive": 0, "negative": 0}}}}
-    df = tables.table4_slopes(stats)
-    expected = pd.DataFrame([
-        {"group": "uncoupled", "metric": "pr_k_slope", "mean": -0.5, "sd": 0.1, "n": 4, "positive": 0, "negative": 4},
-        {"group": "coupled", "metric": "pr_k_slope", "mean": 0.25, "sd": 0.05, "n": 2, "positive": 2, "negative": 0},
-        {"group": "coupled", "metric": "pr_q_slope", "mean": 0.0, "sd": 0.0, "n": 2, "positive": 0, "negative": 0}])
-    pd.testing.assert_frame_equal(df, expected)
-    none_fitted = {"slopes": {"pooled": {"pr_k_slope": {"mean": None, "sd": None, "n": 0, "positive": 0, "negative": 0}}}}
-    assert tables.table4_slopes(none_fitted) is None and tables.table4_slopes({}) is None
 
 
 def test_write_table_keeps_csv_exact_and_formats_md_and_tex(tmp_path) -> None:

@@ -2,7 +2,8 @@
 
 Each function takes the ``analysis.compute.Analysis`` and an output directory,
 draws one figure when it has data, and returns the written paths (empty
-when there was nothing to draw).
+when there was nothing to draw). The sections name them (``Section.figures``,
+``"sweep.report.figures:fig1_alignment"``); the writer draws what they name.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ STYLE = {
     "axes.grid": True,
     "grid.alpha": 0.3,
 }
-FIGURE_NAMES = ("fig1_alignment", "fig2_pr", "fig3_bridge", "figA_checkpoints")
 
 
 def color(init: str) -> str:
@@ -131,7 +131,8 @@ def fig3_bridge(an: Analysis, out: Path) -> list[Path]:
     per_seed = an.frames.get("per_seed")
     if pts is None or pts.empty:
         return []
-    stats = (an.stats.get("bridge") or {}).get("seed_averaged", {})
+    bridge = an.results.get("bridge")
+    stats = bridge.seed_averaged if bridge is not None else {}
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), squeeze=False)
         for ax, (a, b) in zip(axes[0], BRIDGE_PAIRS, strict=True):
@@ -162,8 +163,8 @@ def fig3_bridge(an: Analysis, out: Path) -> list[Path]:
                 k, c0 = np.polyfit(ok[a].to_numpy(float), ok[b].to_numpy(float), 1)
                 xs = np.linspace(ok[a].min(), ok[a].max(), 50)
                 ax.plot(xs, k * xs + c0, color="k", lw=1.5, zorder=4, label="OLS fit")
-            s = stats.get(f"{a}__{b}", {})
-            r, p, n = s.get("r"), s.get("p"), s.get("n", len(ok))
+            s = stats.get(f"{a}__{b}")
+            r, p, n = (s.r, s.p, s.n) if s is not None else (None, None, len(ok))
             rtxt = "r undefined" if r is None else f"r = {r:.3f}, p = {p:.2g}"
             ax.set_title(f"{rtxt} (n = {n})")
             ax.set_xlabel(BRIDGE_LABELS[a])
@@ -202,21 +203,3 @@ def figA_checkpoints(an: Analysis, out: Path) -> list[Path]:
         ax.set_title("Figure A. Query–key participation gap across public checkpoints")
         fig.tight_layout()
         return _save(fig, out, "figA_checkpoints")
-
-
-FIGURES = {
-    "fig1_alignment": fig1_alignment,
-    "fig2_pr": fig2_pr,
-    "fig3_bridge": fig3_bridge,
-    "figA_checkpoints": figA_checkpoints,
-}
-
-
-def draw_all(an: Analysis, out: Path) -> dict[str, list[Path]]:
-    """Every figure that has data: name -> [png, pdf]."""
-    written = {}
-    for name, fn in FIGURES.items():
-        paths = fn(an, out)
-        if paths:
-            written[name] = paths
-    return written

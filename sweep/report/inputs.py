@@ -9,6 +9,7 @@ import os
 import pandas as pd
 
 from analysis import vocabulary as vocab
+from analysis.compute import sections
 from sweep.store import Store
 from sweep.store.schema import TABLES
 
@@ -30,12 +31,9 @@ def load_tables(
     return out
 
 
-#: The stats sections that rows of each sweep / table feed.
-SWEEP_SECTIONS = {
-    "baseline": ("alignment", "slopes", "layer_categories", "bridge"),
-    "interventions": ("interventions",),
-    "checkpoints": ("checkpoints",),
-}
+def sections_reading(source: str) -> tuple[str, ...]:
+    """The sections that read rows of a sweep ("baseline", "interventions") or of "checkpoints"."""
+    return tuple(s.name for s in sections() if source in s.reads)
 
 
 def skipped_file(base: str, path: str, error: str) -> dict:
@@ -49,14 +47,14 @@ def skipped_file(base: str, path: str, error: str) -> dict:
     table = parts[0] if parts and parts[0] in TABLES else None
     sweep = preset = None
     if table == "checkpoints":
-        sections = SWEEP_SECTIONS["checkpoints"]
+        touched = sections_reading("checkpoints")
     else:
         bits = parts[1].split(".") if len(parts) > 2 else []
-        if len(bits) >= 6 and bits[0] in SWEEP_SECTIONS:
+        if len(bits) >= 6 and bits[0] in ("baseline", "interventions"):
             sweep, preset = bits[0], bits[1]
-        sections = SWEEP_SECTIONS.get(sweep) or tuple(x for v in SWEEP_SECTIONS.values() for x in v)
+        touched = sections_reading(sweep) if sweep else tuple(s.name for s in sections())
     return {"path": path, "error": error, "table": table, "sweep": sweep, "preset": preset,
-            "sections": list(sections)}
+            "sections": list(touched)}
 
 
 def unknown_names(tables: dict[str, pd.DataFrame]) -> dict[str, list[str]]:

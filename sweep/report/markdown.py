@@ -7,22 +7,9 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import scorecard as sc
+from analysis.compute import Analysis, sections
+from analysis.section import Figure, Section
 from sweep.report import tables as tb
-from sweep.report.prose import (
-    sentence_alignment,
-    sentence_bridge,
-    sentence_categories,
-    sentence_checkpoints,
-    sentence_interventions,
-    sentence_slopes,
-)
-
-FIGURE_CAPTIONS = {
-    "fig1_alignment": "Figure 1 — layer-mean Q/K alignment per init (mean ± sd over seeds), one panel per depth",
-    "fig2_pr": "Figure 2 — layer-mean PR_Q and PR_K per init and depth (mean ± sd over seeds)",
-    "fig3_bridge": "Figure 3 — mechanism bridge over uncoupled seed-averaged cells, with OLS lines",
-    "figA_checkpoints": "Figure A — layer-mean PR_Q − PR_K against training progress per checkpoint series",
-}
 
 
 def _provenance_md(s: dict) -> list[str]:
@@ -75,22 +62,41 @@ def _table_md(name: str, frames: dict[str, pd.DataFrame], prefix: str = "") -> l
     ]
 
 
-def _figure_md(name: str, figs: dict, prefix: str = "") -> list[str]:
-    if name not in figs:
+def _figure_md(fig: Figure, figs: dict, prefix: str = "") -> list[str]:
+    if fig.name not in figs:
         return []
     return [
-        f"![{FIGURE_CAPTIONS[name]}]({prefix}figures/{name}.png)",
+        f"![{fig.caption}]({prefix}figures/{fig.name}.png)",
         "",
-        f"*{FIGURE_CAPTIONS[name]}.*",
+        f"*{fig.caption}.*",
         "",
     ]
+
+
+def section_md(sec: Section, an: Analysis, frames: dict[str, pd.DataFrame], figs: dict,
+               prefix: str = "") -> list[str]:
+    """One section: heading, its sentences, tables and figures; or why it has no data.
+
+    A section whose result exists but none of whose tables has rows counts as without data.
+    """
+    lines = [f"## {sec.heading}", ""]
+    result = an.results.get(sec.name)
+    if result is None or (sec.table_names and not any(t in frames for t in sec.table_names)):
+        return lines + [f"*No data: {an.missing.get(sec.name, 'not computed')}.*", ""]
+    for sentence in sec.prose(result):
+        lines += [sentence, ""]
+    for name in sec.table_names:
+        lines += _table_md(name, frames, prefix)
+    for fig in sec.figures:
+        lines += _figure_md(fig, figs, prefix)
+    return lines
 
 
 def scorecard_md(s: dict) -> list[str]:
     """The reproduction scorecard of one preset's stats (rows under ``s["scorecard"]``)."""
     rows = s.get("scorecard") or []
     preset = rows[0]["preset"] if rows else None
-    title = "## Reproduction scorecard" + (f" — preset `{preset}`" if preset else "")
+    title = f"## {sc.SCORECARD.heading}" + (f" — preset `{preset}`" if preset else "")
     paper = bool(s.get("provenance", {}).get("paper_scale"))
     lines = [title, ""]
     for note in (s.get("preset_notes") or {}).get(preset, []):  # e.g. "too short to show the effects"
@@ -98,7 +104,7 @@ def scorecard_md(s: dict) -> list[str]:
     if preset and preset != "paper":
         lines += [f"Preset `{preset}` is not the paper's scale (WikiText-103, d_model 256, 45 epochs): "
                   "the verdicts test the *direction* of each claim here, not its size.", ""]
-    return lines + sc.render_markdown(rows, paper_scale=paper) + [""]
+    return lines + sc.SCORECARD.markdown(rows, paper_scale=paper) + [""]
 
 
 def skipped_md(skipped: list[dict]) -> list[str]:
@@ -113,70 +119,25 @@ def skipped_md(skipped: list[dict]) -> list[str]:
 
 
 def render_markdown(
-    s: dict, frames: dict[str, pd.DataFrame], figs: dict, prefix: str = "", scorecard: bool = True
+    s: dict, an: Analysis, frames: dict[str, pd.DataFrame], figs: dict, prefix: str = "", scorecard: bool = True
 ) -> str:
-    """report.md of one preset; ``prefix`` is prepended to table/figure paths."""
+    """report.md of one preset (``s``: its stats.json, ``an``: its typed results); ``prefix`` is
+    prepended to table/figure paths."""
     lines = ["# qkgeom report: query expansion and key specialisation", ""]
     if scorecard:
         lines += scorecard_md(s)
     lines += skipped_md(s.get("skipped_files") or [])
     lines += _provenance_md(s)
-    miss = s["missing"]
-
-    def absent(section):
-        return [f"*No data: {miss.get(section, 'not computed')}.*", ""]
-
-    lines += ["## Table 3 — final Q/K alignment per initialisation", ""]
-    if s.get("alignment"):
-        lines += [sentence_alignment(s), ""] + _table_md("table3_alignment", frames, prefix)
-        lines += _table_md("table3_contrast", frames, prefix) + _figure_md("fig1_alignment", figs, prefix)
-    else:
-        lines += absent("alignment")
-
-    lines += ["## Table 4 — slopes over seed-averaged traces", ""]
-    if s.get("slopes") and "table4_slopes" in frames:
-        lines += [sentence_slopes(s), ""] + _table_md("table4_slopes", frames, prefix)
-        lines += _figure_md("fig2_pr", figs, prefix)
-    else:
-        lines += absent("slopes")
-
-    lines += ["## Layer categories (final epoch)", ""]
-    if s.get("layer_categories"):
-        lines += [sentence_categories(s), ""] + _table_md("layer_categories", frames, prefix)
-    else:
-        lines += absent("layer_categories")
-
-    lines += ["## Mechanism bridge (Figure 3)", ""]
-    if s.get("bridge"):
-        lines += (
-            [sentence_bridge(s), ""]
-            + _table_md("bridge", frames, prefix)
-            + _figure_md("fig3_bridge", figs, prefix)
-        )
-    else:
-        lines += absent("bridge")
-
-    lines += ["## Table 5 — interventions", ""]
-    if s.get("interventions"):
-        lines += [sentence_interventions(s), ""]
-        lines += _table_md("table5_interventions", frames, prefix) + _table_md("table5_deltas", frames, prefix)
-    else:
-        lines += absent("interventions")
-
-    lines += ["## Appendix A — public checkpoint series", ""]
-    if s.get("checkpoints"):
-        lines += [sentence_checkpoints(s), ""] + _table_md("appendixA_checkpoints", frames)
-        lines += _figure_md("figA_checkpoints", figs, prefix)
-    else:
-        lines += absent("checkpoints")
+    for sec in sections():
+        lines += section_md(sec, an, frames, figs, prefix)
 
     lines += ["## Paper reference values (SPEC §9)", ""]
-    ref = frames.get("reference_comparison")
+    ref = frames.get(tb.REFERENCE_TABLE)
     if s["provenance"]["paper_scale"] and ref is not None:
         lines += [
             "The store holds the paper-scale grid (preset `paper`), so the paper's values are shown beside ours.",
             "",
-        ] + _table_md("reference_comparison", frames, prefix)
+        ] + _table_md(tb.REFERENCE_TABLE, frames, prefix)
     elif ref is not None:
         lines += [
             "The paper's values apply to paper scale (preset `paper`, WikiText-103, 45 epochs); this store "
@@ -188,6 +149,7 @@ def render_markdown(
         ]
         lines.append("")
 
+    miss = s["missing"]
     lines += ["## Missing", ""]
     if miss:
         lines += [f"- `{k}`: {v}" for k, v in miss.items()]

@@ -1,200 +1,23 @@
-"""The report's tables: DataFrames built from the stats dict, written as CSV, Markdown and LaTeX.
+"""The report's tables: each section's (``Section.tables``) and the paper's reference values beside
+ours, written as CSV, Markdown and LaTeX.
 
-Every builder returns ``None`` when its section has no data, so only tables
-with data are written. CSV keeps full precision; Markdown and LaTeX show
-four significant digits.
+A table that is None or empty is not written. CSV keeps full precision; Markdown
+and LaTeX show four significant digits.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import vocabulary as vocab
-from analysis.interventions import INTERVENTION_METRICS
+from analysis.compute import Analysis, sections
 from analysis.reference import PAPER_REFERENCE
 
-TABLE_NAMES = (
-    "table3_alignment",
-    "table3_contrast",
-    "table4_slopes",
-    "table5_interventions",
-    "table5_deltas",
-    "layer_categories",
-    "bridge",
-    "appendixA_checkpoints",
-    "reference_comparison",
-)
-#: Which stats section each table comes from (for the ``missing`` list).
-TABLE_SECTION = {
-    "table3_alignment": "alignment",
-    "table3_contrast": "alignment",
-    "table4_slopes": "slopes",
-    "table5_interventions": "interventions",
-    "table5_deltas": "interventions",
-    "layer_categories": "layer_categories",
-    "bridge": "bridge",
-    "appendixA_checkpoints": "checkpoints",
-    "reference_comparison": "reference",
-}
-
-
-def table3_alignment(stats: dict) -> pd.DataFrame | None:
-    """Initial and final layer-mean alignment per init, the final mean per depth and per head.
-
-    ``final_head{h}``: final alignment of head h (SPEC §4 per head), mean over final (run, layer) rows.
-    """
-    a = stats.get("alignment")
-    if not a:
-        return None
-    by_depth = a.get("final_by_depth", {})
-    by_head = a.get("final_by_head") or {}
-    rows = []
-    for init, fin in a["final"].items():
-        ini = a["initial"].get(init, {})
-        row = {
-            "init": init,
-            "label": vocab.init_label(init),
-            "n_runs": fin["n"],
-            "initial_mean": ini.get("mean"),
-            "initial_sd": ini.get("sd"),
-            "final_mean": fin["mean"],
-            "final_sd": fin["sd"],
-        }
-        for d, means in by_depth.items():
-            row[f"final_mean_L{d}"] = means.get(init)
-        for h, v in enumerate(by_head.get(init, [])):
-            row[f"final_head{h}"] = v
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def table3_contrast(stats: dict) -> pd.DataFrame | None:
-    """Welch test, Hedges' g and the per-depth gap of the coupled vs the uncoupled inits."""
-    a = stats.get("alignment")
-    if not a:
-        return None
-    rows = [
-        ("welch_t", a.get("welch_t")),
-        ("welch_p", a.get("welch_p")),
-        ("hedges_g", a.get("hedges_g")),
-        ("n_coupled", a.get("n_coupled")),
-        ("n_uncoupled", a.get("n_uncoupled")),
-    ]
-    rows += [(f"gap_L{d}", g) for d, g in a.get("gap_by_depth", {}).items()]
-    return pd.DataFrame(rows, columns=["statistic", "value"])
-
-
-def table4_slopes(stats: dict) -> pd.DataFrame | None:
-    """Slopes over seed-averaged traces: mean, sd, n, positive, negative per group and metric."""
-    s = stats.get("slopes")
-    if not s:
-        return None
-    rows = []
-    for group, metrics in s.items():
-        for metric, d in metrics.items():
-            rows.append({"group": group, "metric": metric, **d})
-    df = pd.DataFrame(rows)
-    return df if (df["n"] > 0).any() else None
-
-
-def _intervention_blocks(stats: dict) -> dict[str, dict] | None:
-    if not stats.get("interventions"):
-        return None
-    by_init = stats.get("interventions_by_init")
-    return by_init if by_init else {stats.get("interventions_init"): stats["interventions"]}
-
-
-def _condition_rows(stats: dict, row: Callable[[str, dict], dict | None]) -> pd.DataFrame | None:
-    """One row per (init, condition) of the interventions section; the init column only when
-    the store holds more than one init's interventions."""
-    blocks = _intervention_blocks(stats)
-    if not blocks:
-        return None
-    rows = [{"init": init, "condition": cond, "label": vocab.condition_label(cond), **r}
-            for init, conds in blocks.items() for cond, e in conds.items()
-            if (r := row(cond, e)) is not None]
-    if not rows:
-        return None
-    df = pd.DataFrame(rows)
-    return df if len(blocks) > 1 else df.drop(columns="init")
-
-
-def table5_interventions(stats: dict) -> pd.DataFrame | None:
-    """Per condition: mean and sd over seeds of the final metrics, and the confidence score."""
-    def row(cond: str, e: dict) -> dict:
-        r: dict = {"n_seeds": e["n_seeds"]}
-        for m in INTERVENTION_METRICS:
-            r[f"{m}_mean"], r[f"{m}_sd"] = e[m]["mean"], e[m]["sd"]
-        return {**r, "confidence": e["confidence"]}
-
-    return _condition_rows(stats, row)
-
-
-def table5_deltas(stats: dict) -> pd.DataFrame | None:
-    """Per condition: paired difference from the control (mean over seeds) and direction fractions."""
-    def row(cond: str, e: dict) -> dict | None:
-        if cond == vocab.CONTROL:
-            return None
-        r: dict = {"n_pairs": e["n_pairs"]}
-        r.update({f"delta_{m}": e[m]["delta"] for m in INTERVENTION_METRICS})
-        pred = e.get("predicted") or {}
-        r["predicted"] = ", ".join(f"{m} {s}" for m, s in pred.items()) or None
-        by = e.get("confidence_by_metric") or {}
-        r.update({f"holds_{m}": by.get(m) for m in ("attn_entropy", "logit_std", "qk_erank")})
-        return {**r, "confidence": e["confidence"]}
-
-    return _condition_rows(stats, row)
-
-
-def layer_categories(stats: dict) -> pd.DataFrame | None:
-    """Mean final metrics per layer category, over all depths and per depth."""
-    lc = stats.get("layer_categories")
-    if not lc:
-        return None
-    rows = []
-    for cat, d in lc.items():
-        rows.append({"depth": "all", "k": None, "category": cat, **d})
-    for depth, entry in (stats.get("layer_categories_by_depth") or {}).items():
-        for cat in ("early", "mid", "late"):
-            if cat in entry:
-                rows.append({"depth": depth, "k": entry["k"], "category": cat, **entry[cat]})
-    df = pd.DataFrame(rows)
-    return df[["depth", "k", "category", "n", "attn_entropy", "attn_top1", "qk_erank", "pr_q"]]
-
-
-def bridge(stats: dict) -> pd.DataFrame | None:
-    """Pearson r, p, n of the three bridge pairs at both levels."""
-    b = stats.get("bridge")
-    if not b:
-        return None
-    rows = []
-    for level, pairs in b.items():
-        for pair, d in pairs.items():
-            rows.append({"level": level, "pair": pair, "r": d["r"], "p": d["p"], "n": d["n"]})
-    return pd.DataFrame(rows)
-
-
-def appendixA_checkpoints(stats: dict) -> pd.DataFrame | None:
-    """Per checkpoint series: revisions, slope of pr_q − pr_k on progress, link check."""
-    c = stats.get("checkpoints")
-    if not c or not c.get("series"):
-        return None
-    rows = [{"series": name, **d} for name, d in c["series"].items()]
-    df = pd.DataFrame(rows)
-    cols = [
-        "series",
-        "n_revisions",
-        "slope_pr_q_minus_pr_k",
-        "r_pr_k__qk_erank",
-        "r_qk_erank__attn_entropy",
-        "link_recurs",
-    ]
-    return df[cols]
-
+#: The table of the paper's reference values (not a section's: it reads several).
+REFERENCE_TABLE = "reference_comparison"
 
 def _get(d, *path):
     for p in path:
@@ -289,30 +112,24 @@ def reference_rows(stats: dict) -> list[tuple[str, object, object]]:
 
 
 def reference_comparison(stats: dict) -> pd.DataFrame:
-    """The paper's reference values beside ours (``ours`` is None where we have no value)."""
+    """The paper's reference values beside ours (``ours`` is None where we have no value).
+
+    Reads the stats.json view (``Analysis.stats``), which is keyed like ``PAPER_REFERENCE``.
+    """
     return pd.DataFrame(reference_rows(stats), columns=["quantity", "paper", "ours"])
 
 
-BUILDERS = {
-    "table3_alignment": table3_alignment,
-    "table3_contrast": table3_contrast,
-    "table4_slopes": table4_slopes,
-    "table5_interventions": table5_interventions,
-    "table5_deltas": table5_deltas,
-    "layer_categories": layer_categories,
-    "bridge": bridge,
-    "appendixA_checkpoints": appendixA_checkpoints,
-    "reference_comparison": reference_comparison,
-}
-
-
-def build_tables(stats: dict) -> dict[str, pd.DataFrame]:
-    """Every table that has data, by name."""
+def build_tables(an: Analysis) -> dict[str, pd.DataFrame]:
+    """Every table that has data, by name: each section's in report order, then the reference."""
     out = {}
-    for name, fn in BUILDERS.items():
-        df = fn(stats)
-        if df is not None and not df.empty:
-            out[name] = df
+    for sec in sections():
+        result = an.results.get(sec.name)
+        built = sec.tables(result) if result is not None else {}
+        for name in sec.table_names:
+            df = built.get(name)
+            if df is not None and not df.empty:
+                out[name] = df
+    out[REFERENCE_TABLE] = reference_comparison(an.stats)
     return out
 
 

@@ -4,26 +4,22 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import scorecard as sc
-from analysis.compute import compute_all
+from analysis.compute import Analysis, compute_all, sections
 from analysis.primitives import to_jsonable
+from analysis.section import Figure
 from sweep.report import tables as tb
 from sweep.report.inputs import unknown_names
 from sweep.report.markdown import render_markdown, scorecard_md, skipped_md
 from sweep.store import safe_name
-
-FIGURE_SECTION = {
-    "fig1_alignment": "alignment",
-    "fig2_pr": "slopes",
-    "fig3_bridge": "bridge",
-    "figA_checkpoints": "checkpoints",
-}
 
 
 class PresetNotInStore(ValueError):
@@ -66,56 +62,69 @@ def preset_notes(preset: str, provenance: dict) -> list[str]:
     return notes
 
 
+def drawer(fig: Figure) -> Callable[[Analysis, Path], list[Path]]:
+    """The drawing function a ``Figure`` names (``"module:function"``)."""
+    module, _, func = fig.draw.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def draw_figures(an: Analysis, out: Path) -> dict[str, list[Path]]:
+    """Every registered section's figures that have data: name -> [png, pdf]; a reason under
+    ``an.missing`` for each of the others."""
+    written = {}
+    for sec in sections():
+        for fig in sec.figures:
+            paths = drawer(fig)(an, out)
+            if paths:
+                written[fig.name] = paths
+            else:
+                an.missing[f"figures.{fig.name}"] = an.missing.get(sec.name, f"no data for section {sec.name!r}")
+    return written
+
+
 def _report_one(
     tables: dict[str, pd.DataFrame],
     out: Path,
     figures: bool,
     preset: str | None,
     skipped: list[dict],
-) -> tuple[dict, dict[str, pd.DataFrame], dict]:
+) -> tuple[dict, Analysis, dict[str, pd.DataFrame], dict]:
     """Stats, tables, figures and scorecard of one preset (``None``: the store as it is)."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     an = compute_all(tables, preset=preset)
-    s = an.stats
-    label = preset if preset is not None else (s["provenance"]["presets"] or [None])[0]
-    s["unknown_names"] = unknown_names(tables)
-    frames = tb.build_tables(s)
-    if not s["provenance"]["paper_scale"]:
+    label = preset if preset is not None else (an.provenance["presets"] or [None])[0]
+    frames = tb.build_tables(an)
+    if not an.provenance["paper_scale"]:
         # keep the comparison table honest: our numbers are not at paper scale
-        frames["reference_comparison"] = frames["reference_comparison"].drop(columns="ours")
+        frames[tb.REFERENCE_TABLE] = frames[tb.REFERENCE_TABLE].drop(columns="ours")
     for name, df in frames.items():
         tb.write_table(df, out / "tables", name)
-    for name in tb.TABLE_NAMES:
-        if name not in frames:
-            sec = tb.TABLE_SECTION[name]
-            s["missing"][f"tables.{name}"] = s["missing"].get(sec, f"no data for section {sec!r}")
+    for sec in sections():
+        for name in sec.table_names:
+            if name not in frames:
+                an.missing[f"tables.{name}"] = an.missing.get(sec.name, f"no data for section {sec.name!r}")
     mine = [f for f in skipped if f["preset"] in (None, label)]
     touched = {sec for f in mine for sec in f["sections"]}
-    s["skipped_files"] = mine
-    s["preset_notes"] = {label: preset_notes(label, s["provenance"])} if label else {}
-    s["scorecard"] = sc.build_scorecard(an, label, paper_scale=label == "paper", touched=touched)
-    s["scorecard_method"] = sc.METHOD_NOTE
-    s["timing_s"] = {"stats_and_tables": time.perf_counter() - t0}
+    card = sc.SCORECARD.compute(an, label, paper_scale=label == "paper", touched=touched)
+    timing = {"stats_and_tables": time.perf_counter() - t0}
     figs: dict = {}
     if figures:
-        from sweep.report import figures as fg
-
         t1 = time.perf_counter()
-        figs = fg.draw_all(an, out / "figures")
-        s["timing_s"]["figures"] = time.perf_counter() - t1
-        for name in fg.FIGURE_NAMES:
-            if name not in figs:
-                sec = FIGURE_SECTION[name]
-                s["missing"][f"figures.{name}"] = s["missing"].get(
-                    sec, f"no data for section {sec!r}"
-                )
+        figs = draw_figures(an, out / "figures")
+        timing["figures"] = time.perf_counter() - t1
+    s = an.stats  # the typed results as JSON, from here on
+    s["unknown_names"] = unknown_names(tables)
+    s["skipped_files"] = mine
+    s["preset_notes"] = {label: preset_notes(label, s["provenance"])} if label else {}
+    s.update(card.to_json())
+    s["timing_s"] = timing
     s["outputs"] = {
         "tables": sorted(frames),
         "figures": sorted(figs),
         "report": "report.md",
     }
-    return s, frames, figs
+    return s, an, frames, figs
 
 
 def _write(out: Path, s: dict, markdown: str) -> None:
@@ -145,10 +154,10 @@ def build_report(
             f"preset {preset!r} is not in the store; presets present: {', '.join(present) or 'none'}"
         )
     if preset is not None or len(present) <= 1:
-        s, frames, figs = _report_one(tables, out, figures, preset, skipped)
+        s, an, frames, figs = _report_one(tables, out, figures, preset, skipped)
         s["presets"] = [preset] if preset is not None else present
         s["skipped_files"] = skipped
-        _write(out, s, render_markdown(s, frames, figs))
+        _write(out, s, render_markdown(s, an, frames, figs))
         return s
 
     # several presets: one report each, never pooled, and an index that holds them all
@@ -164,11 +173,11 @@ def build_report(
     parts: list[str] = []
     for name in present:
         sub = out / "presets" / safe_name(name)
-        s_p, frames, figs = _report_one(tables, sub, figures, name, skipped)
-        _write(sub, s_p, render_markdown(s_p, frames, figs))
+        s_p, an, frames, figs = _report_one(tables, sub, figures, name, skipped)
+        _write(sub, s_p, render_markdown(s_p, an, frames, figs))
         by_preset[name] = s_p
         head += scorecard_md(s_p)
-        body = render_markdown(s_p, frames, figs, prefix=f"presets/{safe_name(name)}/", scorecard=False)
+        body = render_markdown(s_p, an, frames, figs, prefix=f"presets/{safe_name(name)}/", scorecard=False)
         body_lines = [ln for ln in body.splitlines()[1:] if not ln.startswith("## Skipped store files")]
         parts += [f"## Preset `{name}`", ""] + [("#" + ln if ln.startswith("#") else ln) for ln in body_lines]
     s = {
