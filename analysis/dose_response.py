@@ -18,24 +18,30 @@ metrics, without a direction, for a condition that predicts none):
   ``not reproduced`` = ρ on the other side (or 0); ``not measured`` = ρ undefined (fewer than 3
   finite pairs, or a constant Δ).
 
-Pure pandas/scipy, no Ray, no I/O; ``dose_response(layers)`` returns a typed ``DoseResponse``.
+One section module (``SECTION``, registered in ``analysis.compute``): ``compute_dose_response``
+returns the typed ``DoseResponse`` (stats.json ``dose_response``), two tables, a sentence per
+condition, the figure ``fig_dose_response`` (one row of panels per swept condition; matplotlib is
+imported only when it is drawn) and one scorecard row per (condition, predicted metric).
 """
 
 from __future__ import annotations
 
 import warnings
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from analysis import claims
 from analysis import vocabulary as vocab
 from analysis.bootstrap import spearman_rows, unit_bootstrap
 from analysis.frames import intervention_rows, ordered_inits, run_layer_means, run_strengths
 from analysis.interventions import INTERVENTION_LAYER_METRICS
-from analysis.primitives import num, to_jsonable
+from analysis.primitives import fmt, num, to_jsonable
+from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 
 #: How report.md and the scorecard name the claim: ours, not the paper's.
 CLAIM_OWNER = "project's claim, not the paper's"
@@ -89,19 +95,18 @@ class DoseCondition:
 
 
 @dataclass
-class DoseResponse:
-    """The section's result: one entry per swept condition, what is missing, and the per-run Δ."""
+class DoseResponse(Result):
+    """The section's result: one entry per swept condition (the per-run Δ are the frame
+    ``dose_response_deltas``)."""
 
+    key = "dose_response"
     conditions: tuple[DoseCondition, ...]
-    missing: dict[str, str] = field(default_factory=dict)
-    #: one row per run of a swept condition: identity, condition, field, strength and ``d_<metric>``
-    deltas: pd.DataFrame = field(default_factory=pd.DataFrame)
 
-    def to_json(self) -> dict | None:
-        """The ``dose_response`` entry of stats.json (None when no condition was swept)."""
-        if not self.conditions:
-            return None
-        return to_jsonable({
+    def to_json(self) -> dict[str, object]:
+        """stats.json ``dose_response``: condition -> {field, default, init, strengths, n_runs,
+        claim, metrics: {metric: {predicted, expected, rho, p, ci_low, ci_high, n_pairs, n_seeds,
+        verdict, reason, points: [{strength, mean, sd, low, high, n}]}}}."""
+        return {self.key: to_jsonable({
             c.condition: {
                 "field": c.field, "default": c.default, "init": c.init, "strengths": list(c.strengths),
                 "n_runs": c.n_runs, "claim": CLAIM_OWNER,
@@ -110,7 +115,7 @@ class DoseResponse:
                     "ci_low": m.ci_low, "ci_high": m.ci_high, "n_pairs": m.n_pairs, "n_seeds": m.n_seeds,
                     "verdict": m.verdict, "reason": m.reason,
                     "points": [vars(p) for p in m.points]} for m in c.metrics},
-            } for c in self.conditions})
+            } for c in self.conditions})}
 
 
 def spearman(strength: np.ndarray, delta: np.ndarray) -> tuple[float | None, float | None, int]:
@@ -177,18 +182,18 @@ def _metric(cond: str, metric: str, sign: int | None, sub: pd.DataFrame, strengt
             reason = "2 seeds: interval from 3 distinct resamples (a weak check)"
     verdict = None
     if sign is not None:
-        from analysis.claims import Expect  # here: analysis.claims imports analysis.compute
-        from analysis.scorecard import verdict as decide
+        from analysis.scorecard import verdict as decide  # here: analysis.scorecard imports compute
 
-        verdict = decide(rho, lo, hi, Expect(">" if sign > 0 else "<", 0))
+        verdict = decide(rho, lo, hi, claims.Expect(">" if sign > 0 else "<", 0))
     return DoseMetric(metric, sign, _points(sub, col, strengths), rho, p, lo, hi, n_pairs, n_seeds, verdict, reason)
 
 
-def dose_response(layers: pd.DataFrame) -> DoseResponse:
-    """Every swept condition's dose–response on one preset's ``layers`` (module docstring)."""
+def compute_dose_response(layers: pd.DataFrame) -> Computed[DoseResponse]:
+    """Every swept condition's dose–response on one preset's ``layers`` (module docstring);
+    the result is None, with the reason under ``missing["dose_response"]``, when none was swept."""
     iv = intervention_rows(layers) if not layers.empty else layers
     if iv.empty:
-        return DoseResponse((), {"dose_response": "no intervention runs in the store"})
+        return Computed(None, {"dose_response": "no intervention runs in the store"})
     conds = [c for c in vocab.conditions() if c in set(iv["intervention"]) and c != vocab.CONTROL]
     conds += sorted(set(iv["intervention"]) - set(vocab.conditions()) - {vocab.CONTROL})
     wanted = {c: (vocab.predicted(c) or dict.fromkeys(INTERVENTION_LAYER_METRICS)) for c in conds}
@@ -230,8 +235,146 @@ def dose_response(layers: pd.DataFrame) -> DoseResponse:
                 missing[f"dose_response.{cond}.inits"] = (f"analysed for {init} only; the runs of "
                                                           f"{', '.join(others)} are left out")
             break  # one init per condition (the first with a sweep: independent_xavier when present)
-    if not out and not missing:
-        missing["dose_response"] = ("no condition was run at more than one strength "
+    if not out:
+        missing["dose_response"] = ("; ".join(missing.values()) if missing else
+                                    "no condition was run at more than one strength "
                                     "(sweep one with --strengths, SPEC §5)")
-    deltas = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return DoseResponse(tuple(out), missing, deltas)
+        return Computed(None, missing)
+    deltas = pd.concat(frames, ignore_index=True)
+    return Computed(DoseResponse(tuple(out)), missing, {"dose_response_deltas": deltas})
+
+
+# --- report: tables, sentences, figure, scorecard rows ---------------------------------------
+
+ARROW = {+1: "↑", -1: "↓", None: "—"}
+
+
+def table_points(d: DoseResponse) -> pd.DataFrame:
+    """Per (condition, metric, strength): Δ's seed mean, sd and band (min–max over seeds)."""
+    return pd.DataFrame([
+        {"condition": c.condition, "field": c.field, "strength": p.strength,
+         "default": p.strength == c.default, "metric": m.metric, "predicted": ARROW[m.predicted],
+         "n": p.n, "delta_mean": p.mean, "delta_sd": p.sd, "band_low": p.low, "band_high": p.high}
+        for c in d.conditions for m in c.metrics for p in m.points])
+
+
+def table_spearman(d: DoseResponse) -> pd.DataFrame:
+    """Per (condition, metric): Spearman ρ of Δ against strength, its interval and the verdict."""
+    return pd.DataFrame([
+        {"condition": c.condition, "field": c.field, "strengths": ", ".join(f"{s:g}" for s in c.strengths),
+         "metric": m.metric, "expected": m.expected, "rho": m.rho, "ci_low": m.ci_low, "ci_high": m.ci_high,
+         "p": m.p, "n_pairs": m.n_pairs, "n_seeds": m.n_seeds, "verdict": m.verdict, "note": m.reason}
+        for c in d.conditions for m in c.metrics])
+
+
+def sentences(d: DoseResponse) -> list[str]:
+    out = [f"*This section is the {CLAIM_OWNER}:* the paper runs each intervention at one strength; "
+           "here a condition swept with `--strengths` is tested for an effect monotone in its strength "
+           "(Spearman ρ of Δ = condition − matched `none` run against strength, over every "
+           "(strength, seed) pair; 95 % bootstrap interval over whole seeds; the scorecard's verdicts)."]
+    for c in d.conditions:
+        parts = []
+        for m in c.metrics:
+            ci = f" [{fmt(m.ci_low, '.2f')}, {fmt(m.ci_high, '.2f')}]" if m.ci_low is not None else ""
+            tail = f" (expected {m.expected}: {m.verdict})" if m.verdict else ""
+            parts.append(f"Δ{m.metric} {ARROW[m.predicted]} ρ = {fmt(m.rho, '.2f')}{ci}{tail}")
+        default = f"; default {c.default:g}" if c.default is not None else ""
+        out.append(f"{vocab.condition_label(c.condition)} ({vocab.init_label(c.init)}), {c.field} ∈ "
+                   f"{{{', '.join(f'{s:g}' for s in c.strengths)}}}{default}, {c.n_runs} runs with a matched "
+                   f"`{vocab.CONTROL}` run: " + "; ".join(parts) + ".")
+    return out
+
+
+def dose_claims(an: Analysis) -> list[claims.Claim]:
+    """One scorecard row per swept condition and predicted metric, with the section's own ρ and
+    interval (``Claim.computed``): the statistic is not a mean over seeds."""
+    d = an.results.get("dose_response")
+    out = []
+    for c in (d.conditions if d is not None else ()):
+        for m in c.metrics:
+            if m.predicted is None:
+                continue
+            text = (f"{c.condition}: Δ{m.metric} monotone in {c.field} "
+                    f"({', '.join(f'{s:g}' for s in c.strengths)}; Spearman ρ) — {CLAIM_OWNER}")
+            expect = claims.Expect(">" if m.predicted > 0 else "<", 0)
+            cid = f"dose_response.{c.condition}.{m.metric}"
+            if m.rho is None:
+                out.append(claims.Claim(cid, "dose_response", text, "— (not in the paper)", expect,
+                                        n_runs=c.n_runs, reason=m.reason))
+                continue
+            out.append(claims.Claim(cid, "dose_response", text, "— (not in the paper)", expect, n_runs=c.n_runs,
+                                    note=f"value = ρ over {m.n_pairs} (strength, seed) pairs",
+                                    computed=(m.rho, m.ci_low, m.ci_high, m.n_seeds)))
+    return out
+
+
+def draw_figure(an: Analysis, out: Path) -> list[Path]:
+    """``fig_dose_response``: one row per swept condition, one panel per metric: Δ against the
+    strength — seed mean (line), seed band (min–max, shaded), each seed (dots), Δ = 0 dashed, the
+    default strength dotted."""
+    d, deltas = an.results.get("dose_response"), an.frames.get("dose_response_deltas")
+    if d is None or deltas is None or deltas.empty:
+        return []
+    import matplotlib.pyplot as plt
+
+    from sweep.report.figures import STYLE, _save
+
+    ncol = max(len(c.metrics) for c in d.conditions)
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(len(d.conditions), ncol, figsize=(4.2 * ncol, 3.6 * len(d.conditions)),
+                                 squeeze=False)
+        for row, c in zip(axes, d.conditions, strict=True):
+            sub = deltas[deltas["condition"] == c.condition]
+            for ax, m in zip(row, c.metrics, strict=False):
+                x = np.array([p.strength for p in m.points])
+                mean = np.array([np.nan if p.mean is None else p.mean for p in m.points])
+                lo = np.array([np.nan if p.low is None else p.low for p in m.points])
+                hi = np.array([np.nan if p.high is None else p.high for p in m.points])
+                colour = {-1: "#1f77b4", 1: "#d62728"}.get(m.predicted, "#555555")
+                ax.fill_between(x, lo, hi, color=colour, alpha=0.18, lw=0, label="seed band (min–max)")
+                ax.plot(x, mean, color=colour, lw=1.8, marker="o", label="seed mean")
+                ax.scatter(sub["strength"], sub[f"d_{m.metric}"], s=12, color="k", alpha=0.5, zorder=3,
+                           label="one seed")
+                ax.axhline(0, color="grey", lw=0.8, ls="--")
+                if c.default is not None:
+                    ax.axvline(c.default, color="grey", lw=0.8, ls=":", label=f"default {c.default:g}")
+                ci = f" [{fmt(m.ci_low, '.2f')}, {fmt(m.ci_high, '.2f')}]" if m.ci_low is not None else ""
+                verdict = f"\n{m.verdict}" if m.verdict else ""
+                ax.set_title(f"Δ{m.metric} (predicted {ARROW[m.predicted]})\nρ = {fmt(m.rho, '.2f')}{ci}{verdict}",
+                             fontsize=10)
+                ax.set_xlabel(f"{c.condition}.{c.field}")
+                ax.set_ylabel(f"Δ {m.metric} vs matched none")
+            for ax in row[len(c.metrics):]:
+                ax.set_visible(False)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+        fig.suptitle(f"Dose–response: effect against strength ({CLAIM_OWNER})")
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        return _save(fig, out, "fig_dose_response")
+
+
+class DoseResponseSection(Section[DoseResponse]):
+    """SPEC §5, §8 dose–response (the project's claim)."""
+
+    name = "dose_response"
+    heading = "Dose–response (the project's claim, not the paper's)"
+    reads = ("interventions",)
+    table_names = ("dose_response", "dose_response_points")
+    figures = (Figure("fig_dose_response", "Dose–response — each predicted metric's Δ against the matched "
+                      "none run vs strength, one row per swept condition (line: seed mean; band: min–max "
+                      "over seeds; dots: seeds)", "analysis.dose_response:draw_figure"),)
+
+    def compute(self, data: Inputs) -> Computed[DoseResponse]:
+        return compute_dose_response(data.layers)
+
+    def tables(self, result: DoseResponse) -> dict[str, pd.DataFrame | None]:
+        return {"dose_response": table_spearman(result), "dose_response_points": table_points(result)}
+
+    def prose(self, result: DoseResponse) -> list[str]:
+        return sentences(result)
+
+    def claims(self, an: Analysis, paper_scale: bool) -> list[claims.Claim]:
+        return dose_claims(an)
+
+
+SECTION = DoseResponseSection()

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis.dose_response import dose_response, spearman
+from analysis.dose_response import compute_dose_response, spearman
 from analysis.frames import at_default_strengths, run_strengths
-from analysis.interventions import interventions_section
+from analysis.interventions import compute_interventions
 from sweep.store.schema import run_id, strengths_json
 
 SEEDS = (7, 37, 42, 105, 210)
@@ -81,8 +81,9 @@ def bootstrap_by_hand(d: pd.DataFrame, n: int = 2000) -> tuple[float, float]:
 
 
 def test_planted_responses_recomputed_by_hand(planted) -> None:
-    result = dose_response(planted)
-    (c,) = result.conditions
+    done = compute_dose_response(planted)
+    assert set(done.frames) == {"dose_response_deltas"} and len(done.frames["dose_response_deltas"]) == 25
+    (c,) = done.result.conditions
     assert (c.condition, c.field, c.default, c.init, c.strengths) == (COND, "lam", 0.05, "independent_xavier",
                                                                        STRENGTHS)
     assert c.n_runs == len(SEEDS) * len(STRENGTHS)
@@ -113,7 +114,7 @@ def test_planted_responses_recomputed_by_hand(planted) -> None:
 
 
 def test_stats_json_entry(planted) -> None:
-    entry = dose_response(planted).to_json()[COND]
+    entry = compute_dose_response(planted).result.to_json()["dose_response"][COND]
     assert entry["claim"] == "project's claim, not the paper's"
     assert entry["strengths"] == list(STRENGTHS) and entry["field"] == "lam"
     m = entry["metrics"]["attn_entropy"]
@@ -124,9 +125,8 @@ def test_stats_json_entry(planted) -> None:
 def test_table5_keeps_the_default_strength_runs_only(planted) -> None:
     epochs = pd.DataFrame(columns=["sweep", "run_id", "preset", "init", "depth", "seed", "intervention",
                                    "epoch", "val_loss", "status", "strengths"])
-    sec = interventions_section(planted, epochs)
-    fkc = sec.stats["interventions"][COND]
-    assert fkc["n_seeds"] == len(SEEDS) and fkc["n_pairs"] == len(SEEDS)
+    fkc = compute_interventions(planted, epochs).result.conditions[COND]
+    assert fkc.n_seeds == len(SEEDS) and fkc.n_pairs == len(SEEDS)
     kept = at_default_strengths(planted)
     assert set(kept.loc[kept["intervention"] == COND, "strengths"]) == {'{"lam": 0.05}'}
 
@@ -136,8 +136,8 @@ def test_store_without_the_column_is_at_the_defaults(planted) -> None:
     assert run_strengths(old.assign(strengths=None)).map(len).tolist() == [
         0 if c == "none" else 1 for c in old["intervention"]]
     assert len(at_default_strengths(old)) == len(old)
-    result = dose_response(old)
-    assert result.conditions == () and "more than one strength" in result.missing["dose_response"]
+    done = compute_dose_response(old)
+    assert done.result is None and "more than one strength" in done.missing["dose_response"]
 
 
 def test_spearman_undefined_cases() -> None:
@@ -145,3 +145,43 @@ def test_spearman_undefined_cases() -> None:
     assert spearman(np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.0, 1.0]))[0] is None
     rho, _, n = spearman(np.array([0.0, 1.0, 2.0, np.nan]), np.array([3.0, 2.0, 1.0, 0.0]))
     assert (rho, n) == (-1.0, 3)
+
+
+def test_section_reaches_the_report(planted, tmp_path) -> None:
+    """Registered as a built-in section: stats.json, report.md (heading, sentences, both tables,
+    the figure), tables/, figures/ and one scorecard row per predicted metric, labelled as ours."""
+    from sweep import report
+
+    runs = planted.drop_duplicates(["run_id", "epoch"])
+    epochs = runs[[c for c in runs.columns if c not in ("layer", *PLANTED, "pr_k")]].assign(
+        train_loss=1.0, val_loss=1.5, grad_norm=0.5, wall_s=1.0, tokens_per_s=1e5, tokens_seen=0,
+        status=np.where(runs["epoch"] == FINAL, "completed", "running"), schema_version=1)
+    report.build_report({"layers": planted, "epochs": epochs}, tmp_path)
+    s = json.loads((tmp_path / "stats.json").read_text())
+    assert s["dose_response"][COND]["metrics"]["attn_entropy"]["verdict"] == "reproduced"
+    rows = {r["id"]: r for r in s["scorecard"] if r["section"] == "dose_response"}
+    assert set(rows) == {f"dose_response.{COND}.{m}" for m in PLANTED}
+    row = rows[f"dose_response.{COND}.attn_entropy"]
+    m = s["dose_response"][COND]["metrics"]["attn_entropy"]
+    assert (row["value"], row["ci_low"], row["ci_high"], row["n"]) == (m["rho"], m["ci_low"], m["ci_high"], 5)
+    assert row["verdict"] == "reproduced" and "not the paper's" in row["claim"] and row["expected"] == "< 0"
+    assert rows[f"dose_response.{COND}.logit_std"]["verdict"] != "reproduced"
+    md = (tmp_path / "report.md").read_text()
+    assert "## Dose–response (the project's claim, not the paper's)" in md
+    assert "](figures/fig_dose_response.png)" in md and (tmp_path / "figures" / "fig_dose_response.png").exists()
+    for name in ("dose_response", "dose_response_points"):
+        assert (tmp_path / "tables" / f"{name}.csv").exists()
+    pts = pd.read_csv(tmp_path / "tables" / "dose_response_points.csv")
+    assert len(pts) == len(PLANTED) * len(STRENGTHS) and pts["default"].sum() == len(PLANTED)
+    assert s["interventions"][COND]["n_seeds"] == len(SEEDS)  # Table 5: the default strength only
+
+
+def test_section_without_a_sweep_says_why(tmp_path) -> None:
+    from sweep import report
+    from sweep.synthetic import make_synthetic_store
+
+    report.build_report(make_synthetic_store(baseline=False, checkpoints=False, iv_epochs=3), tmp_path)
+    s = json.loads((tmp_path / "stats.json").read_text())
+    assert s["dose_response"] is None and "more than one strength" in s["missing"]["dose_response"]
+    assert not any(r["section"] == "dose_response" for r in s["scorecard"])
+    assert "*No data: no condition was run at more than one strength" in (tmp_path / "report.md").read_text()
