@@ -1,15 +1,25 @@
 """The reducer's statistics (SPEC §8): pure functions of the store's tables (pandas/scipy, no Ray).
 
-One module per idea: ``primitives`` (generic statistics), ``frames`` (which rows count,
-finals, slopes), one module per §8 section (``alignment``, ``slopes``, ``categories``,
-``bridge``, ``interventions``, ``checkpoints``), ``provenance``, ``compute`` (``compute_all``),
+One module per idea: ``primitives`` (generic statistics, typed leaves, the one NaN -> null
+conversion), ``frames`` (which rows count, finals, slopes), ``section`` (the ``Section`` a
+statistic is, and ``Analysis``), one module per §8 section (``alignment``, ``slopes``,
+``categories``, ``bridge``, ``interventions``, ``checkpoints``: each its typed result, compute,
+tables, sentences, heading, figure names and scorecard claims), ``compute`` (the section
+registry, ``register_section``, and ``compute_all``), ``provenance``, ``claims`` and
 ``scorecard``, ``reference`` (the paper's values) and ``vocabulary`` (names from the registries).
 
 Every function here takes pandas DataFrames with the columns of
-``sweep.store.schema`` (``layers``, ``epochs``, ``checkpoints``) and returns plain
-numbers, dicts or DataFrames: no I/O and no plotting. ``compute_all`` runs
-every section and returns the JSON-ready ``stats`` dict that
-``sweep.report`` writes to ``stats.json``.
+``sweep.store.schema`` (``layers``, ``epochs``, ``checkpoints``) and returns typed results,
+numbers or DataFrames: no I/O and no plotting (a section names its figures' drawing
+functions; ``sweep.report`` imports them). ``compute_all`` runs every registered section
+and returns an ``Analysis``: the typed result per section, ``missing``, ``notes`` and the
+frames; ``Analysis.stats`` is their JSON (``Result.to_json``), which ``sweep.report``
+writes to ``stats.json``.
+
+Adding a statistic: one module with a ``Section`` subclass and its ``Result`` dataclass,
+registered with ``analysis.compute.register_section`` (at import: load it with
+``--plugin MODULE``), or listed in ``analysis.compute.BUILTIN_SECTIONS``; see
+``tests/test_analysis_section.py``.
 
 Conventions
 -----------
@@ -29,11 +39,11 @@ Conventions
 * Counts of seeds count runs (one per seed within a preset), not distinct
   seed numbers. ``compute_all`` is meant for one preset at a time
   (``sweep.report`` never pools presets).
-* Every value in the returned dict is a JSON scalar (NaN/inf become ``None``);
-  dict keys are strings (depths are written ``"4"``, ``"6"``, ...).
+* A value a result cannot define is ``None`` in it; ``to_json`` also turns any NaN/inf
+  into ``null``; dict keys are strings (depths are written ``"4"``, ``"6"``, ...).
 
-Shape of ``compute_all(...).stats`` (= stats.json; a section without data is ``None``
-and its reason is under ``missing``)::
+Shape of ``compute_all(...).stats`` (= stats.json; the fields of each section's result
+dataclass; a section without data is ``None`` and its reason is under ``missing``)::
 
     provenance      {sweeps: {sweep: {presets, n_runs, inits, depths, seeds, interventions,
                      final_epoch: {min, max}, n_layer_rows}}, presets, n_runs, paper_scale,

@@ -12,7 +12,7 @@ from analysis import claims
 from analysis import vocabulary as vocab
 from analysis.frames import baseline, epoch_range, final_rows, ordered_inits, run_layer_means
 from analysis.primitives import Summary, fmt, fmt_p, hedges_g, num, welch
-from analysis.section import Computed, Figure, Inputs, Result, Section
+from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 
 
 @dataclass
@@ -188,7 +188,7 @@ class Alignment(Section[AlignmentResult]):
     def prose(self, result: AlignmentResult) -> list[str]:
         return [sentence(result)]
 
-    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+    def claims(self, an: Analysis, paper_scale: bool) -> list[claims.Claim]:
         return claims.alignment_claims(an)
 
 

@@ -11,7 +11,7 @@ from analysis import claims
 from analysis import vocabulary as vocab
 from analysis.frames import baseline
 from analysis.primitives import Correlation, fmt, fmt_p
-from analysis.section import Computed, Figure, Inputs, Result, Section
+from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 from analysis.slopes import run_slopes, trace_slopes
 
 #: Mechanism-bridge quantities: name -> (metric, sign); value = sign * slope / mean.
@@ -127,7 +127,7 @@ class Bridge(Section[BridgeResult]):
     def prose(self, result: BridgeResult) -> list[str]:
         return [sentence(result)]
 
-    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+    def claims(self, an: Analysis, paper_scale: bool) -> list[claims.Claim]:
         return claims.bridge_claims(an)
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 from analysis import claims
 from analysis.frames import baseline, final_rows, layer_category
 from analysis.primitives import OMIT_NONE, fmt, num, to_jsonable
-from analysis.section import Computed, Inputs, Result, Section
+from analysis.section import Analysis, Computed, Inputs, Result, Section
 
 CATEGORY_METRICS: tuple[str, ...] = ("attn_entropy", "attn_top1", "qk_erank", "pr_q")
 CATEGORIES: tuple[str, ...] = ("early", "mid", "late")
@@ -128,7 +128,7 @@ class Categories(Section[CategoriesResult]):
     def prose(self, result: CategoriesResult) -> list[str]:
         return [sentence(result)]
 
-    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+    def claims(self, an: Analysis, paper_scale: bool) -> list[claims.Claim]:
         return claims.category_claims(an)
 
 

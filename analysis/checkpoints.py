@@ -10,7 +10,7 @@ import pandas as pd
 from analysis import claims
 from analysis.frames import group_slopes
 from analysis.primitives import OMIT_NONE, num, pearson, to_jsonable
-from analysis.section import Computed, Figure, Inputs, Result, Section
+from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 
 
 @dataclass
@@ -161,7 +161,7 @@ class Checkpoints(Section[CheckpointsResult]):
     def prose(self, result: CheckpointsResult) -> list[str]:
         return [sentence(result)]
 
-    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+    def claims(self, an: Analysis, paper_scale: bool) -> list[claims.Claim]:
         return claims.checkpoint_claims(an)
 
 

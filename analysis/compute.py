@@ -26,6 +26,13 @@ BUILTIN_SECTIONS: tuple[Section, ...] = (ALIGNMENT, SLOPES, CATEGORIES, BRIDGE, 
 #: Their names (the stats.json keys every report has: None, with a reason under ``missing``, without data).
 SECTIONS: tuple[str, ...] = tuple(s.name for s in BUILTIN_SECTIONS)
 
+#: stats.json keys that are not a section's own name.
+RESERVED_KEYS = frozenset({
+    "provenance", "missing", "notes", "reference", "unknown_names", "skipped_files", "preset_notes",
+    "scorecard", "scorecard_method", "timing_s", "outputs", "presets", "by_preset", "slopes_per_run",
+    "layer_categories_by_depth", "interventions_init", "interventions_by_init",
+})
+
 _added: list[tuple[Section, str | None]] = []
 
 
@@ -34,8 +41,13 @@ def register_section(section: Section, after: str | None = None) -> Section:
 
     A section registered again under its name replaces the earlier one. Returns ``section``.
     """
-    if section.name in SECTIONS:
-        raise ValueError(f"section {section.name!r} is built in")
+    if section.name in SECTIONS or section.name in RESERVED_KEYS:
+        raise ValueError(f"section {section.name!r}: the name is built in (a stats.json key)")
+    others = [s for s in sections() if s.name != section.name]
+    taken = {"reference_comparison"} | {t for s in others for t in s.table_names} | {f.name for s in others for f in s.figures}
+    clash = sorted(taken & ({*section.table_names} | {f.name for f in section.figures}))
+    if clash:
+        raise ValueError(f"section {section.name!r}: table or figure name(s) already used: {', '.join(clash)}")
     _added[:] = [(s, a) for s, a in _added if s.name != section.name] + [(section, after)]
     return section
 

@@ -19,7 +19,7 @@ from analysis.frames import (
     run_layer_means,
 )
 from analysis.primitives import OMIT_NONE, Summary, num, to_jsonable
-from analysis.section import Computed, Inputs, Result, Section
+from analysis.section import Analysis, Computed, Inputs, Result, Section
 
 #: Table 5 metrics; the first four are final layer-means from ``layers``, val_loss from ``epochs``.
 INTERVENTION_LAYER_METRICS: tuple[str, ...] = ("attn_entropy", "logit_std", "qk_erank", "pr_k")
@@ -260,7 +260,7 @@ class Interventions(Section[InterventionsResult]):
     def prose(self, result: InterventionsResult) -> list[str]:
         return [sentence(result)]
 
-    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+    def claims(self, an: Analysis, paper_scale: bool) -> list[claims.Claim]:
         return claims.intervention_claims(an, paper_scale)
 
 

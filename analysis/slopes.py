@@ -12,7 +12,7 @@ from analysis import claims
 from analysis import vocabulary as vocab
 from analysis.frames import RUN_ID_COLS, baseline, group_slopes, seed_averaged_traces
 from analysis.primitives import SlopeCount, to_jsonable
-from analysis.section import Computed, Figure, Inputs, Result, Section
+from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 
 SLOPE_METRICS: tuple[str, ...] = ("pr_q", "pr_k", "pr_q_minus_pr_k")
 
@@ -131,7 +131,7 @@ class Slopes(Section[SlopesResult]):
     def prose(self, result: SlopesResult) -> list[str]:
         return [sentence(result)]
 
-    def claims(self, an, paper_scale: bool) -> list[claims.Claim]:
+    def claims(self, an: Analysis, paper_scale: bool) -> list[claims.Claim]:
         return claims.slope_claims(an)
 
 

@@ -119,6 +119,17 @@ def test_registry_order_and_errors(monkeypatch):
     assert [s.name for s in compute.sections()].count("toy") == 1 and compute.sections()[1].name == "toy"
     with pytest.raises(ValueError, match="built in"):
         compute.register_section(compute.BUILTIN_SECTIONS[0])
+
+    class Clobber(Toy):
+        name = "missing"
+
+    class SameTable(Toy):
+        name = "toy2"
+
+    with pytest.raises(ValueError, match="built in"):
+        compute.register_section(Clobber())
+    with pytest.raises(ValueError, match="already used: toy_figure, toy_table"):
+        compute.register_section(SameTable())
     compute.register_section(Toy(), after="no_such_section")
     with pytest.raises(ValueError, match="no section 'no_such_section'"):
         compute.sections()

@@ -338,3 +338,14 @@ def test_truncated_file_is_listed_and_marks_its_sections(tmp_path, capsys):
     marked = {r["section"] for r in s["scorecard"] if r["skipped_files"]}
     assert marked == {"alignment", "slopes", "layer_categories", "bridge"}
     assert "unreadable store file(s) skipped" in capsys.readouterr().out
+
+
+def test_every_table_link_of_a_multi_preset_index_exists(tmp_path):
+    a = make_synthetic_store(n_seeds=1, epochs=3, iv_epochs=3, iv_seeds=(7,), preset="demo", rng_seed=1)
+    b = make_synthetic_store(n_seeds=1, epochs=3, iv_epochs=3, iv_seeds=(7,), preset="smoke",
+                             checkpoints=False, rng_seed=2)
+    tb = {k: pd.concat([a[k], b[k]], ignore_index=True) for k in a}
+    report.build_report(tb, tmp_path, figures=False)
+    links = re.findall(r"\(`([^`]+\.csv)`, `\.md`, `\.tex`\)", (tmp_path / "report.md").read_text())
+    assert "presets/demo/tables/appendixA_checkpoints.csv" in links  # was written without its prefix
+    assert links and all((tmp_path / link).exists() for link in links), links

@@ -19,9 +19,12 @@ under ``skipped_files``.
 
 One module per idea: ``inputs`` (reading the store), ``writer`` (``build_report``:
 one preset's statistics, tables, figures and scorecard, or one report per preset),
-``markdown`` (report.md), ``prose`` (a sentence per section, the headline),
-``tables``, ``figures`` and ``cli`` (``python -m sweep.report``). The names below
-are the package's API; its modules import each other directly, never through here.
+``markdown`` (report.md), ``prose`` (the headline), ``tables`` (export, and the paper's
+values beside ours), ``figures`` (the drawing functions the sections name) and ``cli``
+(``python -m sweep.report``). Each section's computation, tables, sentences, heading and
+figure names are its ``analysis.section.Section`` (registry: ``analysis.compute.sections()``);
+the writer and report.md iterate over them. The names below are the package's API; its
+modules import each other directly, never through here.
 """
 
 from sweep.report.cli import main, output_target, write_report
