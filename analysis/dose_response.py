@@ -20,8 +20,8 @@ metrics, without a direction, for a condition that predicts none):
 
 One section module (``SECTION``, registered in ``analysis.compute``): ``compute_dose_response``
 returns the typed ``DoseResponse`` (stats.json ``dose_response``), two tables, a sentence per
-condition, the figure ``fig_dose_response`` (one row of panels per swept condition; matplotlib is
-imported only when it is drawn) and one scorecard row per (condition, predicted metric).
+condition, the figure ``fig_dose_response`` (one row of panels per swept condition, drawn by
+``sweep.report.figures.fig_dose_response``) and one scorecard row per (condition, predicted metric).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import warnings
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -308,51 +307,6 @@ def dose_claims(an: Analysis) -> list[claims.Claim]:
     return out
 
 
-def draw_figure(an: Analysis, out: Path) -> list[Path]:
-    """``fig_dose_response``: one row per swept condition, one panel per metric: Δ against the
-    strength — seed mean (line), seed band (min–max, shaded), each seed (dots), Δ = 0 dashed, the
-    default strength dotted."""
-    d, deltas = an.results.get("dose_response"), an.frames.get("dose_response_deltas")
-    if d is None or deltas is None or deltas.empty:
-        return []
-    import matplotlib.pyplot as plt
-
-    from sweep.report.figures import STYLE, _save
-
-    ncol = max(len(c.metrics) for c in d.conditions)
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(len(d.conditions), ncol, figsize=(4.2 * ncol, 3.6 * len(d.conditions)),
-                                 squeeze=False)
-        for row, c in zip(axes, d.conditions, strict=True):
-            sub = deltas[deltas["condition"] == c.condition]
-            for ax, m in zip(row, c.metrics, strict=False):
-                x = np.array([p.strength for p in m.points])
-                mean = np.array([np.nan if p.mean is None else p.mean for p in m.points])
-                lo = np.array([np.nan if p.low is None else p.low for p in m.points])
-                hi = np.array([np.nan if p.high is None else p.high for p in m.points])
-                colour = {-1: "#1f77b4", 1: "#d62728"}.get(m.predicted, "#555555")
-                ax.fill_between(x, lo, hi, color=colour, alpha=0.18, lw=0, label="seed band (min–max)")
-                ax.plot(x, mean, color=colour, lw=1.8, marker="o", label="seed mean")
-                ax.scatter(sub["strength"], sub[f"d_{m.metric}"], s=12, color="k", alpha=0.5, zorder=3,
-                           label="one seed")
-                ax.axhline(0, color="grey", lw=0.8, ls="--")
-                if c.default is not None:
-                    ax.axvline(c.default, color="grey", lw=0.8, ls=":", label=f"default {c.default:g}")
-                ci = f" [{fmt(m.ci_low, '.2f')}, {fmt(m.ci_high, '.2f')}]" if m.ci_low is not None else ""
-                verdict = f"\n{m.verdict}" if m.verdict else ""
-                ax.set_title(f"Δ{m.metric} (predicted {ARROW[m.predicted]})\nρ = {fmt(m.rho, '.2f')}{ci}{verdict}",
-                             fontsize=10)
-                ax.set_xlabel(f"{c.condition}.{c.field}")
-                ax.set_ylabel(f"Δ {m.metric} vs matched none")
-            for ax in row[len(c.metrics):]:
-                ax.set_visible(False)
-        handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
-        fig.suptitle(f"Dose–response: effect against strength ({CLAIM_OWNER})")
-        fig.tight_layout(rect=(0, 0.06, 1, 1))
-        return _save(fig, out, "fig_dose_response")
-
-
 class DoseResponseSection(Section[DoseResponse]):
     """SPEC §5, §8 dose–response (the project's claim)."""
 
@@ -362,7 +316,7 @@ class DoseResponseSection(Section[DoseResponse]):
     table_names = ("dose_response", "dose_response_points")
     figures = (Figure("fig_dose_response", "Dose–response — each predicted metric's Δ against the matched "
                       "none run vs strength, one row per swept condition (line: seed mean; band: min–max "
-                      "over seeds; dots: seeds)", "analysis.dose_response:draw_figure"),)
+                      "over seeds; dots: seeds)", "sweep.report.figures:fig_dose_response"),)
 
     def compute(self, data: Inputs) -> Computed[DoseResponse]:
         return compute_dose_response(data.layers)
