@@ -3,11 +3,10 @@
 One module per idea: ``primitives`` (generic statistics, typed leaves, the one NaN -> null
 conversion), ``frames`` (which rows count, finals, slopes), ``section`` (the ``Section`` a
 statistic is, and ``Analysis``), one module per §8 section (``alignment``, ``slopes``,
-``categories``, ``bridge``, ``interventions``, ``dose_response`` (SPEC §5), ``checkpoints``: each
-its typed result, compute,
-tables, sentences, heading, figure names and scorecard claims), ``compute`` (the section
-registry, ``register_section``, and ``compute_all``), ``provenance``, ``claims`` and
-``scorecard``, ``reference`` (the paper's values) and ``vocabulary`` (names from the registries).
+``categories``, ``bridge``, ``interventions``, ``dose_response`` (SPEC §5), ``checkpoints``:
+each its typed result, compute, tables, sentences, heading, figure names and scorecard
+claims), ``compute`` (the section registry, ``register_section``, and ``compute_all``),
+``provenance``, ``claims`` and ``scorecard``, ``reference`` (the paper's values) and ``vocabulary`` (names from the registries).
 
 Every function here takes pandas DataFrames with the columns of
 ``sweep.store.schema`` (``layers``, ``epochs``, ``checkpoints``) and returns typed results,
