@@ -3,10 +3,10 @@
 One module per idea: ``primitives`` (generic statistics, typed leaves, the one NaN -> null
 conversion), ``frames`` (which rows count, finals, slopes), ``section`` (the ``Section`` a
 statistic is, and ``Analysis``), one module per §8 section (``alignment``, ``slopes``,
-``categories``, ``bridge``, ``interventions``, ``checkpoints``: each its typed result, compute,
-tables, sentences, heading, figure names and scorecard claims), ``compute`` (the section
-registry, ``register_section``, and ``compute_all``), ``provenance``, ``claims`` and
-``scorecard``, ``reference`` (the paper's values) and ``vocabulary`` (names from the registries).
+``categories``, ``bridge``, ``interventions``, ``dose_response`` (SPEC §5), ``checkpoints``:
+each its typed result, compute, tables, sentences, heading, figure names and scorecard
+claims), ``compute`` (the section registry, ``register_section``, and ``compute_all``),
+``provenance``, ``claims`` and ``scorecard``, ``reference`` (the paper's values) and ``vocabulary`` (names from the registries).
 
 Every function here takes pandas DataFrames with the columns of
 ``sweep.store.schema`` (``layers``, ``epochs``, ``checkpoints``) and returns typed results,
@@ -65,6 +65,9 @@ dataclass; a section without data is ``None`` and its reason is under ``missing`
                      confidence, confidence_by_metric[, n_confidence]}}
     interventions_init      the init ``interventions`` describes
     interventions_by_init   {init: {condition: ...}}   only when several inits are present
+    dose_response   {condition: {field, default, init, strengths, n_runs, claim, metrics: {metric:
+                     {predicted, expected, rho, p, ci_low, ci_high, n_pairs, n_seeds, verdict,
+                     reason, points: [{strength, mean, sd, low, high, n}]}}}}   swept conditions only
     checkpoints     {series: {name: {n_revisions, slope_pr_q_minus_pr_k, link_recurs,
                      r_pr_k__qk_erank, r_qk_erank__attn_entropy, n_rows}},
                      positive_series, n_fitted_series, link_recurs_series[, failed_revisions]}

@@ -23,16 +23,32 @@ def seed_bootstrap(x: np.ndarray, reduce: Reducer, seed: int = 0) -> tuple[float
     x: [n, ...] one entry per unit (seed or series), NaN where a unit lacks a cell.
     reduce: maps the unit-averaged array [B, ...] to [B]. With n < 2 the interval is None.
     """
+
+    def statistic(units: np.ndarray) -> np.ndarray:  # [B, n, ...] -> [B]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells
+            return reduce(np.nanmean(units, axis=1))
+
+    return unit_bootstrap(x, statistic, seed)
+
+
+def unit_bootstrap(x: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray], seed: int = 0
+                   ) -> tuple[float | None, float | None, float | None]:
+    """(value, ci_low, ci_high) of ``statistic`` on the units of x, resampling whole units.
+
+    The general form of ``seed_bootstrap``, for a statistic that needs the units themselves
+    rather than their mean (the dose–response's Spearman ρ over every (strength, seed) pair):
+    x: [n, ...] one entry per unit; statistic: maps resampled units [B, n, ...] to [B]; the value
+    is ``statistic(x[None])``. The same 95 % percentile bootstrap (``N_RESAMPLES``, a generator
+    seeded with ``seed``); with n < 2 the interval is None.
+    """
     x = np.asarray(x, float)
     n = x.shape[0]
 
     def stat(idx: np.ndarray, axis: int = -1) -> np.ndarray:
         idx = np.asarray(idx, int)
         flat = idx.reshape(-1, n)  # (B, n)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells
-            avg = np.nanmean(x[flat], axis=1)  # (B, ...)
-            out = reduce(avg)
+        out = statistic(x[flat])
         return out.reshape(idx.shape[:-1])
 
     if n == 0:
@@ -64,6 +80,16 @@ def pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     den = np.sqrt(np.nansum(da * da, axis=-1) * np.nansum(db * db, axis=-1))
     r = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
     return np.where(ok.sum(-1) >= 3, r, np.nan)
+
+
+def spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Spearman ρ per row of a, b: [B, m] -> [B], over the columns finite in both: Pearson r of
+    their ranks (ties share the average rank, as ``scipy.stats.spearmanr``); NaN with < 3 pairs
+    or a constant row."""
+    ok = np.isfinite(a) & np.isfinite(b)
+    ra = sps.rankdata(np.where(ok, a, np.nan), axis=-1, nan_policy="omit")
+    rb = sps.rankdata(np.where(ok, b, np.nan), axis=-1, nan_policy="omit")
+    return pearson_rows(ra, rb)
 
 
 def fraction(sign: int) -> Reducer:

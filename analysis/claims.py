@@ -65,6 +65,9 @@ class Claim:
     note: str | None = None
     spread: tuple[float, float] | None = None  # the paper's reported spread (paper preset only)
     level: float | None = None  # the value compared with the spread
+    #: (value, ci_low, ci_high, units) when the section computes the statistic and its interval
+    #: itself, for a statistic that is not ``reduce`` of the mean over units (the dose–response's ρ)
+    computed: tuple[float | None, float | None, float | None, int] | None = None
 
 
 def alignment_claims(an: Analysis) -> list[Claim]:

@@ -11,6 +11,7 @@ from analysis.alignment import SECTION as ALIGNMENT
 from analysis.bridge import SECTION as BRIDGE
 from analysis.categories import SECTION as CATEGORIES
 from analysis.checkpoints import SECTION as CHECKPOINTS
+from analysis.dose_response import SECTION as DOSE_RESPONSE
 from analysis.frames import RUN_ID_COLS, baseline, diverged_runs, incomplete_runs
 from analysis.interventions import SECTION as INTERVENTIONS
 from analysis.provenance import provenance
@@ -19,8 +20,9 @@ from analysis.slopes import SECTION as SLOPES
 
 __all__ = ["SECTIONS", "Analysis", "compute_all", "register_section", "sections"]
 
-#: The SPEC §8 sections, in report order.
-BUILTIN_SECTIONS: tuple[Section, ...] = (ALIGNMENT, SLOPES, CATEGORIES, BRIDGE, INTERVENTIONS, CHECKPOINTS)
+#: The SPEC §8 sections (and §5's dose–response), in report order.
+BUILTIN_SECTIONS: tuple[Section, ...] = (ALIGNMENT, SLOPES, CATEGORIES, BRIDGE, INTERVENTIONS, DOSE_RESPONSE,
+                                         CHECKPOINTS)
 #: Their names (the stats.json keys every report has: None, with a reason under ``missing``, without data).
 SECTIONS: tuple[str, ...] = tuple(s.name for s in BUILTIN_SECTIONS)
 

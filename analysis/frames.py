@@ -3,6 +3,7 @@ layer-means, trajectories, OLS slopes per group and layer categories."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -29,6 +30,33 @@ def baseline(layers: pd.DataFrame) -> pd.DataFrame:
 def intervention_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Rows of the intervention sweep."""
     return df[df["sweep"] == "interventions"]
+
+
+def run_strengths(df: pd.DataFrame) -> pd.Series:
+    """Each row's condition strengths as a dict (SPEC §5, §6 ``strengths``): the column's JSON,
+    and for a null (a store written before the column) the condition's defaults — ``{}`` for a
+    condition no registry knows."""
+    if df.empty:
+        return pd.Series([], index=df.index, dtype=object)
+    col = df["strengths"] if "strengths" in df else pd.Series(None, index=df.index, dtype=object)
+    keys = pd.MultiIndex.from_arrays([df["intervention"].astype(str), col.astype(object).where(col.notna(), "")])
+    cache = {k: (json.loads(k[1]) if k[1] else vocab.default_strengths(k[0])) for k in keys.unique()}
+    return pd.Series([cache[k] for k in keys], index=df.index, dtype=object)
+
+
+def at_default_strengths(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of runs at their condition's default strengths (the paper's single point, Table 5):
+    ``strengths`` null or equal to the registry's defaults; for a condition no registry knows, a
+    run id without a strength suffix (SPEC §6: such an id ends in the condition's name)."""
+    if df.empty or "strengths" not in df or df["strengths"].isna().all():
+        return df
+    given = run_strengths(df)
+    known = df["intervention"].map(lambda c: c in vocab.conditions())
+    default = df["intervention"].map(vocab.default_strengths)
+    same = pd.Series([g == d for g, d in zip(given, default, strict=True)], index=df.index, dtype=bool)
+    plain = pd.Series([r.endswith(f".{c}") for r, c in zip(df["run_id"], df["intervention"], strict=True)],
+                      index=df.index, dtype=bool)
+    return df[df["strengths"].isna() | (known & same) | (~known & plain)]
 
 
 def diverged_runs(epochs: pd.DataFrame) -> list[str]:

@@ -12,6 +12,7 @@ from analysis import claims
 from analysis import vocabulary as vocab
 from analysis.frames import (
     RUN_ID_COLS,
+    at_default_strengths,
     final_rows,
     intervention_rows,
     ordered_inits,
@@ -26,7 +27,10 @@ INTERVENTION_METRICS: tuple[str, ...] = INTERVENTION_LAYER_METRICS + ("val_loss"
 
 
 def intervention_outcomes(layers: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
-    """One row per intervention run: identity, final epoch and the Table 5 metrics."""
+    """One row per intervention run at its condition's default strengths (the paper's one point;
+    a strength sweep's other cells are the dose–response's, SPEC §5): identity, final epoch and
+    the Table 5 metrics."""
+    layers, epochs = at_default_strengths(layers), at_default_strengths(epochs)
     iv = intervention_rows(layers)
     per_run = run_layer_means(iv, INTERVENTION_LAYER_METRICS, when="final")
     ep = intervention_rows(epochs) if not epochs.empty else epochs

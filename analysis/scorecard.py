@@ -107,7 +107,9 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
         value = lo = hi = None
         n = 0
         reason = c.reason
-        if reason is None and c.x is not None and c.reduce is not None:
+        if reason is None and c.computed is not None:
+            value, lo, hi, n = c.computed
+        elif reason is None and c.x is not None and c.reduce is not None:
             n = int(c.x.shape[0])
             value, lo, hi = seed_bootstrap(c.x, c.reduce, seed=k)
             if value is None:

@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from interventions import CONTROL, PAPER_CONDITIONS, REGISTRY
+from interventions import default_strengths as _default_strengths
 from model.qk_init import DEFAULT_INIT, QK_INITS
 
 #: Colour of a regime no registry knows.
 UNKNOWN_COLOUR = "#7f7f7f"
 
 __all__ = ["CONTROL", "DEFAULT_INIT", "UNKNOWN_COLOUR", "conditions", "condition_label",
-           "coupled_inits", "init_colour", "init_label", "inits", "predicted", "slope_groups",
+           "coupled_inits", "default_strengths", "init_colour", "init_label", "inits", "predicted", "slope_groups",
            "uncoupled_inits", "unknown_names"]
 
 
@@ -72,6 +73,11 @@ def predicted(condition: str) -> dict[str, int]:
     """The class's own ``predicted`` directions ({} for the control and unknown names)."""
     cls = REGISTRY.get(condition)
     return dict(cls.predicted) if cls is not None else {}
+
+
+def default_strengths(condition: str) -> dict[str, float]:
+    """The condition's strengths with their defaults (SPEC §5; {} for unknown names)."""
+    return _default_strengths(condition) if condition in REGISTRY else {}
 
 
 def condition_label(name: str) -> str:

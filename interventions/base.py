@@ -31,7 +31,7 @@ unpacked). Declaring it promises:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from torch import Tensor, nn
@@ -142,3 +142,11 @@ def make_intervention(name: str, **strengths: float) -> Intervention:
             f"{name}: unknown parameter(s) {sorted(unknown)}; valid: {sorted(allowed) or 'none'}"
         )
     return cls(**strengths)
+
+
+def default_strengths(name: str) -> dict[str, float]:
+    """A registered condition's strengths (its dataclass fields) and their defaults, in field order;
+    ``{}`` for a condition without strengths (SPEC §5)."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown intervention {name!r}; valid: {', '.join(sorted(REGISTRY))}")
+    return {f.name: f.default for f in fields(REGISTRY[name]) if f.default is not MISSING}

@@ -1,6 +1,6 @@
 """Which runs share one Tune trial (SPEC §5.1, packed trials), and the plan a ``--dry-run`` prints.
 
-A pack is one trial that trains K runs of one shape, same depth and condition (the
+A pack is one trial that trains K runs of one shape, same depth, condition and strengths (the
 preset fixes corpus and schedule), differing in init and seed, as one batched model
 (``model.pack.PackedTrainer``). ``plan_packs`` cuts a grid into packs; ``--pack
 auto`` is every run of a shape when the Ray cluster has GPUs and 1 on a CPU-only
@@ -29,9 +29,9 @@ class Pack:
     def __post_init__(self) -> None:
         if not self.cells:
             raise ValueError("a pack needs at least one cell")
-        shapes = {(c.preset.name, c.depth, c.intervention) for c in self.cells}
+        shapes = {(c.preset.name, c.depth, c.intervention, c.strengths) for c in self.cells}
         if len(shapes) > 1:
-            raise ValueError(f"a pack mixes shapes (preset, depth, condition): {sorted(shapes)}")
+            raise ValueError(f"a pack mixes shapes (preset, depth, condition, strengths): {sorted(shapes)}")
 
     @property
     def size(self) -> int:
@@ -53,7 +53,7 @@ class Pack:
         if self.size == 1:
             return first
         return {"preset": first["preset"], "depth": self.depth, "intervention": self.intervention,
-                "init": ",".join(dict.fromkeys(c.init for c in self.cells)),
+                "strengths": first["strengths"], "init": ",".join(dict.fromkeys(c.init for c in self.cells)),
                 "seed": ",".join(str(s) for s in dict.fromkeys(c.seed for c in self.cells)),
                 "pack": self.size, "members": [{"init": c.init, "seed": c.seed} for c in self.cells]}
 
@@ -78,11 +78,11 @@ def is_pack_config(config: dict[str, Any]) -> bool:
     return "members" in config
 
 
-def shapes(cells: Sequence[Cell]) -> dict[tuple[int, str], list[Cell]]:
-    """The cells by (depth, condition), each in grid order (init, then seed)."""
-    out: dict[tuple[int, str], list[Cell]] = {}
+def shapes(cells: Sequence[Cell]) -> dict[tuple[int, str, tuple[tuple[str, float], ...]], list[Cell]]:
+    """The cells by (depth, condition, strengths), each in grid order (init, then seed)."""
+    out: dict[tuple[int, str, tuple[tuple[str, float], ...]], list[Cell]] = {}
     for c in cells:
-        out.setdefault((c.depth, c.intervention), []).append(c)
+        out.setdefault((c.depth, c.intervention, c.strengths), []).append(c)
     return out
 
 
@@ -119,7 +119,7 @@ def plan_packs(cells: Sequence[Cell], request: PackRequest, cluster_gpus: float,
     size = pack_size(request, cluster_gpus)
     packs: list[Pack] = []
     notes: list[str] = []
-    for (_, condition), group in shapes(cells).items():
+    for (_, condition, _), group in shapes(cells).items():
         k = len(group) if size is None else size
         if k > 1 and not packable(condition):
             notes.append(f"condition {condition} is not pack-aware: its runs train unpacked, one per trial")
@@ -169,6 +169,7 @@ def describe_plan(name: str, preset: Preset, packs: Sequence[Pack], notes: Seque
              f"  optimiser steps: {epochs} epochs × {about}{steps:,} = {about}{trial_steps:,} per trial; "
              f"{about}{trial_steps * len(packs):,} trial steps, {about}{trial_steps * runs:,} run steps in all"]
     for t, p in enumerate(packs, 1):
-        lines.append(f"  trial {t:>3}: {p.intervention} L{p.depth}, {p.size} run{'s' if p.size > 1 else ''}: "
+        swept = "".join(f" {k}={v:g}" for k, v in p.cells[0].strengths)
+        lines.append(f"  trial {t:>3}: {p.intervention}{swept} L{p.depth}, {p.size} run{'s' if p.size > 1 else ''}: "
                      f"{p.members_text()}")
     return "\n".join(lines)

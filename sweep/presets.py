@@ -10,18 +10,20 @@ store identity at once.
 from __future__ import annotations
 
 import argparse
+import itertools
 import numbers
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from interventions import CONTROL, PAPER_CONDITIONS
+from interventions import CONTROL, PAPER_CONDITIONS, default_strengths
 from interventions import REGISTRY as INTERVENTIONS
 from model.gpt import GPTConfig
 from model.qk_init import DEFAULT_INIT, PAPER_INITS, QK_INITS
 from model.train import TrainConfig
 from sweep.cli import UsageError, at_least, flatten, int_list, name_list
-from sweep.store.schema import run_id
+from sweep.store.schema import run_id, strengths_json
+from sweep.strengths import add_strengths_flag, check_strengths, parse_strengths
 
 INITS = PAPER_INITS  # the paper's regimes; QK_INITS also holds those a --plugin registered
 
@@ -46,6 +48,9 @@ class Preset:
     model: GPTConfig = field(default_factory=GPTConfig)  # the paper's shape by default
     train: TrainConfig = field(default_factory=TrainConfig)  # the paper's recipe (45 epochs) by default
     note: str = ""  # printed with the sweep and kept in the report
+    #: swept strengths (SPEC §5 dose–response): (condition, field, values) triples; each combination
+    #: of a condition's values is its own cell. Conditions not named here run at their defaults.
+    strengths: tuple[tuple[str, str, tuple[float, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         for axis in ("depths", "inits", "seeds", "conditions"):
@@ -77,6 +82,7 @@ class Preset:
             raise ValueError(f"duplicate seeds in {self.seeds}")
         for d in self.depths:
             self.model_config(d, vocab_size=1)  # each depth is a valid n_layer
+        check_strengths(self.strengths, self.conditions)
 
     def model_config(self, depth: int, vocab_size: int) -> GPTConfig:
         """The cell's model: the template with ``depth`` layers over ``vocab_size`` symbols."""
@@ -88,9 +94,22 @@ class Preset:
 
     def cells(self) -> list[Cell]:
         """Every trial of the grid, in a stable order."""
-        return [Cell(self, init, depth, seed, cond)
-                for cond in self.conditions for init in self.inits
+        return [Cell(self, init, depth, seed, cond, strengths)
+                for cond in self.conditions for strengths in self.strength_cells(cond) for init in self.inits
                 for depth in self.depths for seed in self.seeds]
+
+    def strength_cells(self, condition: str) -> list[tuple[tuple[str, float], ...]]:
+        """The condition's strength settings, one per cell: ``()`` at its defaults (today's cell),
+        else every field's value, sorted by field (the swept ones in the order given)."""
+        swept = [(f, values) for c, f, values in self.strengths if c == condition]
+        if not swept:
+            return [()]
+        defaults = default_strengths(condition)
+        out = []
+        for combo in itertools.product(*(values for _, values in swept)):
+            full = {**defaults, **{f: float(v) for (f, _), v in zip(swept, combo, strict=True)}}
+            out.append(() if full == defaults else tuple(sorted(full.items())))
+        return out
 
 
 @dataclass(frozen=True)
@@ -102,16 +121,20 @@ class Cell:
     depth: int
     seed: int
     intervention: str = CONTROL
+    #: ``()`` at the condition's default strengths, else all its strengths as sorted (field, value)
+    strengths: tuple[tuple[str, float], ...] = ()
 
     @property
     def run_id(self) -> str:
-        return run_id(self.preset.sweep, self.preset.name, self.init, self.depth, self.seed, self.intervention)
+        return run_id(self.preset.sweep, self.preset.name, self.init, self.depth, self.seed, self.intervention,
+                      dict(self.strengths))
 
     def identity(self) -> dict[str, Any]:
-        """The store's identity columns."""
+        """The store's identity columns (``strengths``: every strength of the condition, SPEC §6)."""
         return {"sweep": self.preset.sweep, "run_id": self.run_id, "preset": self.preset.name,
                 "init": self.init, "depth": self.depth, "seed": self.seed,
-                "intervention": self.intervention}
+                "intervention": self.intervention,
+                "strengths": strengths_json({**default_strengths(self.intervention), **dict(self.strengths)})}
 
     def to_config(self) -> dict[str, Any]:
         """Plain data for Tune (its config, result files and TensorBoard hparams).
@@ -123,7 +146,7 @@ class Cell:
         for part, names in PER_CELL.items():
             shape[part] = {k: v for k, v in shape[part].items() if k not in names}
         return {"preset": shape, "init": self.init, "depth": self.depth,
-                "seed": self.seed, "intervention": self.intervention}
+                "seed": self.seed, "intervention": self.intervention, "strengths": dict(self.strengths)}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Cell:
@@ -132,10 +155,11 @@ class Cell:
         shape = config["preset"]
         preset = Preset(**{**shape, "model": GPTConfig(**shape["model"]), "train": TrainConfig(**shape["train"])},
                         **axes)
-        return cls(preset, config["init"], config["depth"], config["seed"], config["intervention"])
+        strengths = tuple(sorted((k, float(v)) for k, v in config.get("strengths", {}).items()))
+        return cls(preset, config["init"], config["depth"], config["seed"], config["intervention"], strengths)
 
 
-GRID_AXES = ("depths", "inits", "seeds", "conditions")
+GRID_AXES = ("depths", "inits", "seeds", "conditions", "strengths")
 #: Template fields that ``model_config`` / ``train_config`` set per cell or trial.
 PER_CELL = {"model": ("n_layer", "vocab_size"), "train": ("seed", "device", "compile")}
 
@@ -214,6 +238,7 @@ def add_grid_flags(p: argparse.ArgumentParser, presets: dict[str, Preset], condi
     if conditions:
         g.add_argument("--conditions", type=name_list, nargs="+", metavar="COND",
                        help=f"subset of {', '.join(INTERVENTIONS)} (preset: all)")
+        add_strengths_flag(g)
     g.add_argument("--epochs", type=int, help=f"epochs after epoch 0 (preset: {_describe(presets, lambda p: p.train.epochs)})")
     g.add_argument("--steps-per-epoch", type=int,
                    help=f"optimiser steps per epoch (preset: {_describe(presets, lambda p: p.train.steps_per_epoch)}; "
@@ -248,6 +273,8 @@ def preset_from_args(args: argparse.Namespace, presets: dict[str, Preset]) -> Pr
     schedule = {f: getattr(args, f) for f in ("epochs", "steps_per_epoch") if getattr(args, f) is not None}
     if schedule:
         changes["train"] = replace(base.train, **schedule)
+    if getattr(args, "strengths", None):
+        changes["strengths"] = parse_strengths(args.strengths, changes.get("conditions", base.conditions))
     corpus = changes.get("corpus", base.corpus)
     if args.data_dir is not None and corpus != "wikitext103":
         raise UsageError(f"--data-dir {args.data_dir} is read only by the wikitext103 corpus; "

@@ -130,6 +130,8 @@ def _reporter(preset: Preset, n_trials: int, packed: bool):
         cell = {"cell/intervention": "condition", **cell}
     if packed:  # a pack's init and seed columns list its members'
         cell["cell/pack"] = "pack"
+    if preset.strengths:
+        cell = {**cell, "cell/strengths": "strengths"}
     from sweep.progress import EtaReporter
 
     return EtaReporter(
@@ -141,21 +143,28 @@ def _reporter(preset: Preset, n_trials: int, packed: bool):
     )
 
 
+def _strength_tag(cell: dict) -> str:
+    """``-lam0.2`` for a cell away from its condition's default strengths (SPEC §5), else ``""``."""
+    return "".join(f"-{k}{v:g}" for k, v in sorted((cell.get("strengths") or {}).items()))
+
+
 def _trial_name(trial) -> str:
     c = trial.config["cell"]
+    tag = _strength_tag(c)
     if is_pack_config(c):
         first = c["members"][0]
-        return f"{c['intervention']}-L{c['depth']}-pack{c['pack']}-{first['init']}-s{first['seed']}"
-    return f"{c['intervention']}-{c['init']}-L{c['depth']}-s{c['seed']}"
+        return f"{c['intervention']}{tag}-L{c['depth']}-pack{c['pack']}-{first['init']}-s{first['seed']}"
+    return f"{c['intervention']}{tag}-{c['init']}-L{c['depth']}-s{c['seed']}"
 
 
 def _trial_dirname(trial) -> str:
     c = trial.config["cell"]
+    tag = _strength_tag(c)[:12]
     if is_pack_config(c):
         first = c["members"][0]
-        return (f"{trial.trial_id}-{c['intervention'][:8]}-L{c['depth']}-pack{c['pack']}-"
+        return (f"{trial.trial_id}-{c['intervention'][:8]}{tag}-L{c['depth']}-pack{c['pack']}-"
                 f"{first['init'][:8]}-s{first['seed']}")
-    return f"{trial.trial_id}-{c['intervention'][:8]}-{c['init'][:8]}-L{c['depth']}-s{c['seed']}"
+    return f"{trial.trial_id}-{c['intervention'][:8]}{tag}-{c['init'][:8]}-L{c['depth']}-s{c['seed']}"
 
 
 def dry_run(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
@@ -276,7 +285,8 @@ def summarize(results) -> pd.DataFrame:
         m = r.metrics or {}
         for i, cell in enumerate(Pack.from_config(r.config["cell"]).cells):
             own = (m.get("members") or {}).get(str(i), m) if is_pack_config(r.config["cell"]) else m
-            rows.append({"condition": cell.intervention, "init": cell.init, "depth": cell.depth,
+            tag = _strength_tag({"strengths": dict(cell.strengths)})
+            rows.append({"condition": cell.intervention + tag, "init": cell.init, "depth": cell.depth,
                          "seed": cell.seed, "status": "error" if r.error else own.get("status", "?"),
                          "epoch": own.get("epoch"), "val_loss": own.get("val_loss"),
                          "qk_alignment": own.get("qk_alignment"), "attn_entropy": own.get("attn_entropy")})

@@ -107,7 +107,7 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
         return
     cell = Cell.from_config(config["cell"])
     preset = cell.preset
-    intervention = make_intervention(cell.intervention)
+    intervention = make_intervention(cell.intervention, **dict(cell.strengths))  # SPEC §5 strengths
     trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
                       preset.train_config(cell.seed, _device(), options.compile),
                       corpus, cell.init, cell.seed, intervention)
@@ -168,7 +168,7 @@ def train_pack(pack: Pack, options: TrialOptions, corpus: Corpus) -> None:
     device = _device()
     members = [Member(c.init, c.seed, preset.train_config(c.seed, device, options.compile)) for c in pack.cells]
     trainer = PackedTrainer(preset.model_config(pack.depth, corpus.vocab_size), members, corpus,
-                            lambda: make_intervention(pack.intervention))
+                            lambda: make_intervention(pack.intervention, **dict(pack.cells[0].strengths)))
     checkpoint = tune.get_checkpoint()
     restored_epoch = -1  # stored and reported already, with the checkpoint
     if checkpoint is not None:

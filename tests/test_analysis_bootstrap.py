@@ -7,8 +7,16 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
-from analysis.bootstrap import column, fraction, pearson_rows, seed_bootstrap
+from analysis.bootstrap import (
+    column,
+    fraction,
+    pearson_rows,
+    seed_bootstrap,
+    spearman_rows,
+    unit_bootstrap,
+)
 
 
 def test_pearson_rows_equal_corrcoef_over_the_finite_columns() -> None:
@@ -37,3 +45,29 @@ def test_two_seed_interval_is_their_range_and_one_seed_has_none() -> None:
     assert (value, lo, hi) == (2.0, 1.0, 3.0)
     assert seed_bootstrap(np.array([[5.0]]), column(0)) == (5.0, None, None)
     assert seed_bootstrap(np.empty((0, 1)), column(0)) == (None, None, None)
+
+
+def test_spearman_rows_equal_scipy_over_the_finite_columns_with_ties() -> None:
+    rng = np.random.default_rng(1)
+    a = np.tile([0.0, 0.0, 0.05, 0.05, 0.2, 0.2], (3, 1))  # strengths: ties, as in a dose–response
+    b = rng.normal(size=(3, 6))
+    b[1, 3] = np.nan
+    b[2, :4] = np.nan  # two finite pairs: undefined
+    r = spearman_rows(a, b)
+    assert r[0] == pytest.approx(sps.spearmanr(a[0], b[0]).statistic, rel=1e-12)
+    keep = np.isfinite(b[1])
+    assert r[1] == pytest.approx(sps.spearmanr(a[1][keep], b[1][keep]).statistic, rel=1e-12)
+    assert math.isnan(r[2])
+
+
+def test_unit_bootstrap_value_is_the_statistic_on_every_unit() -> None:
+    x = np.array([[1.0, 2.0], [2.0, 5.0], [0.0, 1.0]])
+
+    def statistic(units: np.ndarray) -> np.ndarray:  # [B, n, 2] -> [B]: max over units of the sums
+        return units.sum(-1).max(-1)
+
+    value, lo, hi = unit_bootstrap(x, statistic)
+    assert value == 7.0 and lo <= hi <= 7.0 and lo >= 1.0
+    assert unit_bootstrap(x[:1], statistic) == (3.0, None, None)
+    # seed_bootstrap is unit_bootstrap with the mean over units first
+    assert seed_bootstrap(x, column(1)) == unit_bootstrap(x, lambda u: u.mean(axis=1)[:, 1])

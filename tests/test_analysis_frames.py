@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analysis.compute import compute_all
-from analysis.frames import group_slopes, layer_category
+from analysis.frames import at_default_strengths, group_slopes, layer_category, run_strengths
 from sweep.synthetic import (
     make_synthetic_store,
 )
@@ -78,3 +78,18 @@ def test_runs_ending_early_are_listed_not_used_as_final():
     assert "last epoch 4" in s["provenance"]["excluded_runs"][rid]
     assert sum(d["n"] for d in s["alignment"]["final"].values()) == 18 - 1
     assert s["provenance"]["sweeps"]["baseline"]["final_epoch"] == {"min": 5, "max": 5}
+
+
+def test_strengths_null_means_the_defaults_and_table5_keeps_the_default_cells():
+    df = pd.DataFrame({
+        "run_id": ["i.p.x.L2.s1.none", "i.p.x.L2.s1.forced_k_contraction", "i.p.x.L2.s1.forced_k_contraction.lam0",
+                   "i.p.x.L2.s1.forced_k_contraction", "i.p.x.L2.s1.plugin_cond", "i.p.x.L2.s1.plugin_cond.mu2"],
+        "intervention": ["none", "forced_k_contraction", "forced_k_contraction", "forced_k_contraction",
+                         "plugin_cond", "plugin_cond"],
+        "strengths": ["{}", '{"lam": 0.05}', '{"lam": 0.0}', None, '{"mu": 1.0}', '{"mu": 2.0}'],
+    })
+    assert run_strengths(df).tolist() == [{}, {"lam": 0.05}, {"lam": 0.0}, {"lam": 0.05}, {"mu": 1.0}, {"mu": 2.0}]
+    # registered: compared with the registry's defaults; unknown (a plugin not loaded): by run id
+    assert at_default_strengths(df).index.tolist() == [0, 1, 3, 4]
+    old = df.iloc[[0, 1]].assign(strengths=None)  # a store written before the column
+    assert at_default_strengths(old).equals(old)

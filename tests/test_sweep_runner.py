@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import ray
 from ray import tune
@@ -239,6 +240,37 @@ def test_interventions_smoke(local_ray, tmp_path):
     assert ly.groupby("intervention").size().to_dict() == {c: (smoke.train.epochs + 1) * depth for c in ALL_CONDITIONS}
     assert set(ly["seed"]) == {smoke.seeds[0]}
     assert store.read("layers", sweep="baseline").empty
+
+
+def test_dose_response_sweep_writes_one_cell_per_strength(local_ray, tmp_path):
+    """``--strengths`` at demo shape (a few steps): 3 strengths x 2 seeds + the matched none runs are
+    distinct cells whose rows carry their strengths; λ = 0 trains exactly the none run (SPEC §5)."""
+    summary = interventions.main(["--preset", "demo", "--conditions", "none,forced_k_contraction",
+                                  "--strengths", "forced_k_contraction.lam=0,0.05,0.2", "--seeds", "2",
+                                  "--epochs", "1", "--steps-per-epoch", "2", *dirs(tmp_path, "dose")])
+    assert len(summary) == 8 and (summary["status"] == "completed").all(), summary
+    store = Store(str(tmp_path / "store"))
+    ep, ly = assert_store_complete(store, runs=8, epochs=1, layer_rows=8 * 2 * 2)
+    base = "interventions.demo.independent_xavier.L2.s{}.{}"
+    ids = {base.format(s, c) for s in (7, 37) for c in ("none", "forced_k_contraction",
+                                                          "forced_k_contraction.lam0", "forced_k_contraction.lam0.2")}
+    assert set(ep["run_id"]) == ids  # λ = 0.05 is the default: the run id of every earlier store
+    for table in (ep, ly):
+        got = table.groupby(["intervention", "strengths"]).size().to_dict()
+        per_run = len(table) // 8
+        assert got == {("none", "{}"): 2 * per_run, ("forced_k_contraction", '{"lam": 0.0}'): 2 * per_run,
+                       ("forced_k_contraction", '{"lam": 0.05}'): 2 * per_run,
+                       ("forced_k_contraction", '{"lam": 0.2}'): 2 * per_run}
+    metrics = [c for c in ly.columns if c not in ("run_id", "intervention", "strengths", "schema_version")]
+    key = ["seed", "epoch", "layer"]
+    zero = ly[ly["strengths"] == '{"lam": 0.0}'].sort_values(key)[metrics].reset_index(drop=True)
+    none = ly[ly["intervention"] == "none"].sort_values(key)[metrics].reset_index(drop=True)
+    pd.testing.assert_frame_equal(zero, none)  # bit-identical, every measured column
+    strong = ly[ly["strengths"] == '{"lam": 0.2}'].sort_values(key)[metrics].reset_index(drop=True)
+    assert not strong[strong["epoch"] == 1]["pr_k"].equals(none[none["epoch"] == 1]["pr_k"])
+    losses = ep[ep["epoch"] == 1].set_index("run_id")["train_loss"]
+    for s in (7, 37):
+        assert losses[base.format(s, "forced_k_contraction.lam0")] == losses[base.format(s, "none")]
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:

@@ -18,10 +18,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from analysis import dose_response as dose  # noqa: E402
 from analysis import vocabulary as vocab  # noqa: E402
 from analysis.bridge import BRIDGE_PAIRS  # noqa: E402
 from analysis.compute import Analysis  # noqa: E402
 from analysis.frames import baseline, layer_mean_trajectories, ordered_inits  # noqa: E402
+from analysis.primitives import fmt as pfmt  # noqa: E402
 
 BRIDGE_LABELS: dict[str, str] = {
     "key_spec": "key specialisation\n−slope(PR$_K$)/mean(PR$_K$)  (1/epoch)",
@@ -203,3 +205,44 @@ def figA_checkpoints(an: Analysis, out: Path) -> list[Path]:
         ax.set_title("Figure A. Query–key participation gap across public checkpoints")
         fig.tight_layout()
         return _save(fig, out, "figA_checkpoints")
+
+
+def fig_dose_response(an: Analysis, out: Path) -> list[Path]:
+    """``fig_dose_response``: one row per swept condition, one panel per metric: Δ against the
+    strength — seed mean (line), seed band (min–max, shaded), each seed (dots), Δ = 0 dashed, the
+    default strength dotted."""
+    d, deltas = an.results.get("dose_response"), an.frames.get("dose_response_deltas")
+    if d is None or deltas is None or deltas.empty:
+        return []
+    ncol = max(len(c.metrics) for c in d.conditions)
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(len(d.conditions), ncol, figsize=(4.2 * ncol, 3.6 * len(d.conditions)),
+                                 squeeze=False)
+        for row, c in zip(axes, d.conditions, strict=True):
+            sub = deltas[deltas["condition"] == c.condition]
+            for ax, m in zip(row, c.metrics, strict=False):
+                x = np.array([p.strength for p in m.points])
+                mean = np.array([np.nan if p.mean is None else p.mean for p in m.points])
+                lo = np.array([np.nan if p.low is None else p.low for p in m.points])
+                hi = np.array([np.nan if p.high is None else p.high for p in m.points])
+                colour = {-1: "#1f77b4", 1: "#d62728"}.get(m.predicted, "#555555")
+                ax.fill_between(x, lo, hi, color=colour, alpha=0.18, lw=0, label="seed band (min–max)")
+                ax.plot(x, mean, color=colour, lw=1.8, marker="o", label="seed mean")
+                ax.scatter(sub["strength"], sub[f"d_{m.metric}"], s=12, color="k", alpha=0.5, zorder=3,
+                           label="one seed")
+                ax.axhline(0, color="grey", lw=0.8, ls="--")
+                if c.default is not None:
+                    ax.axvline(c.default, color="grey", lw=0.8, ls=":", label=f"default {c.default:g}")
+                ci = f" [{pfmt(m.ci_low, '.2f')}, {pfmt(m.ci_high, '.2f')}]" if m.ci_low is not None else ""
+                verdict = f"\n{m.verdict}" if m.verdict else ""
+                ax.set_title(f"Δ{m.metric} (predicted {dose.ARROW[m.predicted]})\nρ = {pfmt(m.rho, '.2f')}{ci}{verdict}",
+                             fontsize=10)
+                ax.set_xlabel(f"{c.condition}.{c.field}")
+                ax.set_ylabel(f"Δ {m.metric} vs matched none")
+            for ax in row[len(c.metrics):]:
+                ax.set_visible(False)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+        fig.suptitle(f"Dose–response: effect against strength ({dose.CLAIM_OWNER})")
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        return _save(fig, out, "fig_dose_response")

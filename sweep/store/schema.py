@@ -8,6 +8,10 @@ when a column changes meaning; add columns at the end.
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Mapping
+
 import pyarrow as pa
 
 # The column vocabulary lives below the Ray layer (metrics/ reads it too); re-exported here.
@@ -44,6 +48,7 @@ LAYERS = pa.schema(
     + [pa.field(c, pa.float64()) for c in LAYER_METRICS + LAYER_GRAD_METRICS]
     + [pa.field("schema_version", pa.int32(), nullable=False)]
     + [pa.field(c, pa.list_(pa.float64())) for c in LAYER_HEAD_METRICS]
+    + [pa.field("strengths", pa.string())]  # see strengths_json
 )
 
 EPOCHS = pa.schema(
@@ -54,6 +59,7 @@ EPOCHS = pa.schema(
         pa.field("tokens_seen", pa.int64(), nullable=False),
         pa.field("status", pa.string(), nullable=False),
         pa.field("schema_version", pa.int32(), nullable=False),
+        pa.field("strengths", pa.string()),  # see strengths_json
     ]
 )
 
@@ -91,9 +97,32 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def run_id(sweep: str, preset: str, init: str, depth: int, seed: int, intervention: str) -> str:
+def strengths_json(strengths: Mapping[str, float]) -> str:
+    """The ``strengths`` column (``layers``, ``epochs``; SPEC §5, §6): canonical JSON of all the run's
+    condition's strengths (every dataclass field, sorted keys, floats): ``{"lam": 0.05}`` for
+    ``forced_k_contraction`` at its default, ``{}`` for a condition without strengths (``none``,
+    ``freeze_k``, every baseline run). Null in stores written before the column: the defaults."""
+    return json.dumps({k: float(v) for k, v in strengths.items()}, sort_keys=True)
+
+
+def _number(v: float) -> str:
+    """Shortest round-trip text of a strength for a run id: 0.05 → ``0.05``, 0.0 → ``0``, 1e-5 → ``1e-05``."""
+    text = repr(float(v))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def run_id(sweep: str, preset: str, init: str, depth: int, seed: int, intervention: str,
+           strengths: Mapping[str, float] | None = None) -> str:
     """A run's identity as one readable, path-safe string.
 
-    The same cell always gets the same id, so rerunning it overwrites its rows.
+    The same cell always gets the same id, so rerunning it overwrites its rows. ``strengths`` is
+    given only for a cell away from its condition's defaults (SPEC §5 dose–response): its fields,
+    sorted, are appended as ``.lam0.2`` (``_`` between fields); at the defaults the id is unchanged.
     """
-    return f"{sweep}.{preset}.{init}.L{depth}.s{seed}.{intervention}"
+    base = f"{sweep}.{preset}.{init}.L{depth}.s{seed}.{intervention}"
+    if not strengths:
+        return base
+    bad = [k for k, v in strengths.items() if not math.isfinite(float(v))]
+    if bad:
+        raise ValueError(f"strength {bad[0]} must be finite, got {strengths[bad[0]]!r}")
+    return base + "." + "_".join(f"{k}{_number(v)}" for k, v in sorted(strengths.items()))
