@@ -192,7 +192,7 @@ def compute_dose_response(layers: pd.DataFrame) -> Computed[DoseResponse]:
     the result is None, with the reason under ``missing["dose_response"]``, when none was swept."""
     iv = intervention_rows(layers) if not layers.empty else layers
     if iv.empty:
-        return Computed(None, {"dose_response": "no intervention runs in the store"})
+        return Computed(None, {})  # no interventions at all: the section is left out (optional)
     conds = [c for c in vocab.conditions() if c in set(iv["intervention"]) and c != vocab.CONTROL]
     conds += sorted(set(iv["intervention"]) - set(vocab.conditions()) - {vocab.CONTROL})
     wanted = {c: (vocab.predicted(c) or dict.fromkeys(INTERVENTION_LAYER_METRICS)) for c in conds}
@@ -234,10 +234,9 @@ def compute_dose_response(layers: pd.DataFrame) -> Computed[DoseResponse]:
                 missing[f"dose_response.{cond}.inits"] = (f"analysed for {init} only; the runs of "
                                                           f"{', '.join(others)} are left out")
             break  # one init per condition (the first with a sweep: independent_xavier when present)
-    if not out:
-        missing["dose_response"] = ("; ".join(missing.values()) if missing else
-                                    "no condition was run at more than one strength "
-                                    "(sweep one with --strengths, SPEC §5)")
+    if not out:  # nothing swept: the section is left out; a sweep that failed says why
+        if missing:
+            missing["dose_response"] = "; ".join(missing.values())
         return Computed(None, missing)
     deltas = pd.concat(frames, ignore_index=True)
     return Computed(DoseResponse(tuple(out)), missing, {"dose_response_deltas": deltas})
@@ -313,6 +312,7 @@ class DoseResponseSection(Section[DoseResponse]):
     name = "dose_response"
     heading = "Dose–response (the project's claim, not the paper's)"
     reads = ("interventions",)
+    optional = True  # only a store with a strength sweep (--strengths) has one
     table_names = ("dose_response", "dose_response_points")
     figures = (Figure("fig_dose_response", "Dose–response — each predicted metric's Δ against the matched "
                       "none run vs strength, one row per swept condition (line: seed mean; band: min–max "

@@ -74,6 +74,9 @@ class Section(Generic[R]):
     reads: ClassVar[tuple[str, ...]]  # sweeps ("baseline", "interventions") or "checkpoints" it reads
     table_names: ClassVar[tuple[str, ...]] = ()  # the keys ``tables`` returns, in report order
     figures: ClassVar[tuple[Figure, ...]] = ()
+    #: An optional section is left out of report.md when it has no result and no reason under
+    #: ``missing`` (nothing of its kind was run), instead of showing "No data".
+    optional: ClassVar[bool] = False
 
     def compute(self, data: Inputs) -> Computed[R]:
         raise NotImplementedError

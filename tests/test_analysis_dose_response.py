@@ -137,7 +137,7 @@ def test_store_without_the_column_is_at_the_defaults(planted) -> None:
         0 if c == "none" else 1 for c in old["intervention"]]
     assert len(at_default_strengths(old)) == len(old)
     done = compute_dose_response(old)
-    assert done.result is None and "more than one strength" in done.missing["dose_response"]
+    assert done.result is None and done.missing == {}  # nothing swept: nothing to say
 
 
 def test_spearman_undefined_cases() -> None:
@@ -176,12 +176,19 @@ def test_section_reaches_the_report(planted, tmp_path) -> None:
     assert s["interventions"][COND]["n_seeds"] == len(SEEDS)  # Table 5: the default strength only
 
 
-def test_section_without_a_sweep_says_why(tmp_path) -> None:
+def test_section_without_a_sweep_is_left_out(tmp_path) -> None:
+    """Optional: a store without a strength sweep gets no heading, no "No data", no missing entry."""
     from sweep import report
     from sweep.synthetic import make_synthetic_store
 
     report.build_report(make_synthetic_store(baseline=False, checkpoints=False, iv_epochs=3), tmp_path)
     s = json.loads((tmp_path / "stats.json").read_text())
-    assert s["dose_response"] is None and "more than one strength" in s["missing"]["dose_response"]
+    assert s["dose_response"] is None and not any(k.startswith("dose_response") for k in s["missing"])
     assert not any(r["section"] == "dose_response" for r in s["scorecard"])
-    assert "*No data: no condition was run at more than one strength" in (tmp_path / "report.md").read_text()
+    assert "Dose–response" not in (tmp_path / "report.md").read_text()
+
+
+def test_a_sweep_that_cannot_be_analysed_says_why(planted) -> None:
+    """Swept, but no matched none run: the section is shown, with the reason."""
+    done = compute_dose_response(planted[planted["intervention"] != "none"])
+    assert done.result is None and "no forced_k_contraction run has a matched none run" in done.missing["dose_response"]

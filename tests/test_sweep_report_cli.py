@@ -63,9 +63,7 @@ def test_cli_end_to_end(full_run):
     claims = [line for line in printed[blank + 2:] if not line.startswith("  note: ")]  # the preset's notes
     assert len(claims) == len(s["scorecard"])  # one line per claim
     assert claims[0].split()[0] in ("reproduced", "direction", "not")
-    # nothing missing but the dose–response, which needs a strength sweep (SPEC §5) this store lacks
-    assert {k for k in s["missing"] if "dose_response" not in k} == set()
-    assert "more than one strength" in s["missing"]["dose_response"]
+    assert s["missing"] == {}  # the dose–response section is optional: no strength sweep, no entry
     assert s["provenance"]["sweeps"]["baseline"]["n_runs"] == 18
     assert s["provenance"]["sweeps"]["interventions"]["n_runs"] == 30
     assert s["provenance"]["sweeps"]["baseline"]["final_epoch"] == {"min": 8, "max": 8}
@@ -145,8 +143,8 @@ def test_report_md_sentences_carry_numbers(full_run):
     assert "beside ours" in md  # paper preset: comparison with the paper
     ref = pd.read_csv(out / "tables" / "reference_comparison.csv")
     assert list(ref.columns) == ["quantity", "paper", "ours"]
-    missing = md.split("## Missing\n\n")[1].strip().splitlines()  # only the dose–response: no strength sweep
-    assert missing and all("dose_response" in line for line in missing), missing
+    assert "## Missing" in md and "Nothing: every section had data." in md
+    assert "Dose–response" not in md  # optional section, left out: this store has no strength sweep
 
 
 def _run_cli(tmp_path: Path, tb: dict | None, figures: bool = False) -> tuple[dict, str]:

@@ -79,8 +79,10 @@ def section_md(sec: Section, an: Analysis, frames: dict[str, pd.DataFrame], figs
 
     A section whose result exists but none of whose tables has rows counts as without data.
     """
-    lines = [f"## {sec.heading}", ""]
     result = an.results.get(sec.name)
+    if sec.optional and result is None and not any(k.split(".")[0] == sec.name for k in an.missing):
+        return []
+    lines = [f"## {sec.heading}", ""]
     if result is None or (sec.table_names and not any(t in frames for t in sec.table_names)):
         return lines + [f"*No data: {an.missing.get(sec.name, 'not computed')}.*", ""]
     for sentence in sec.prose(result):
