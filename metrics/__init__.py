@@ -1,6 +1,6 @@
 """Geometry metrics: pure functions of tensors (SPEC §4)."""
 
-from metrics.attention import attention_stats, causal_mask, causal_scores
+from metrics.attention import attention_stats, causal_mask
 from metrics.probe import probe_layers
 from metrics.spectra import (
     effective_rank,
@@ -12,7 +12,6 @@ from metrics.spectra import (
 __all__ = [
     "attention_stats",
     "causal_mask",
-    "causal_scores",
     "effective_rank",
     "participation_ratio",
     "probe_layers",
