@@ -185,6 +185,24 @@ def test_too_many_symbols_for_uint16_is_an_error(tmp_path: Path) -> None:
         load_corpus(str(path), cache_dir=str(tmp_path / "cache"))
 
 
+def test_file_shorter_than_one_window_is_named_by_the_path_as_typed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("tiny.txt").write_text("x" * 812, encoding="utf-8")
+    cache = str(tmp_path / "cache")
+    expected = ("--corpus ./tiny.txt: 812 characters, too short for context 1000: its train split has 730, "
+                "fewer than one window of context+1 = 1001")
+    with pytest.raises(CorpusError) as err:  # checked before anything is cached
+        load_corpus("./tiny.txt", cache_dir=cache, context=1000)
+    assert str(err.value).startswith(expected), err.value
+    load_corpus("./tiny.txt", cache_dir=cache)  # no context: no check, and the corpus is cached
+    with pytest.raises(CorpusError) as err:  # from the cache: the same line
+        load_corpus("./tiny.txt", cache_dir=cache, context=1000)
+    assert str(err.value).startswith(expected), err.value
+    with pytest.raises(CorpusError, match=r"^--corpus ./tiny.txt: 812 characters, .* its val split has 82,"):
+        load_corpus("./tiny.txt", cache_dir=cache, context=100)  # the train split has 730 ≥ 101
+
+
 def test_file_shorter_than_one_window_errors_in_sampler(tmp_path: Path) -> None:
     path = tmp_path / "short.txt"
     path.write_text("too short.", encoding="utf-8")
