@@ -12,7 +12,6 @@ from typing import Any
 _WHERE = {
     "attention_stats": "metrics.attention",
     "causal_mask": "metrics.attention",
-    "causal_scores": "metrics.attention",
     "probe_layers": "metrics.probe",
     "effective_rank": "metrics.spectra",
     "participation_ratio": "metrics.spectra",

@@ -2,24 +2,15 @@
 
 All functions take the attention scores S = q kᵀ · scale *before* masking
 ([B, H, T, T]) so that a model's own scaling (rotary, per-layer scale) is
-respected; ``causal_scores`` builds S for a plain scaled-dot-product model.
+respected.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor
 
 from metrics.spectra import effective_rank
-
-
-def causal_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-    """S = q kᵀ · scale. q, k: [B, H, T, d_head] → [B, H, T, T]; scale defaults to 1/sqrt(d_head)."""
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    return (q @ k.transpose(-1, -2)) * scale
 
 
 def causal_mask(t: int, device: torch.device | None = None) -> Tensor:

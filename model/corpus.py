@@ -164,14 +164,18 @@ def _read_utf8(path: Path, chars: int | None = None) -> str:
     return text if chars is None else text[:chars]
 
 
-def check_windows(corpus: Corpus, context: int) -> None:
-    """Both splits hold at least one window of ``context + 1`` tokens (what training and the probe draw)."""
+def check_windows(corpus: Corpus, context: int, spec: str | None = None) -> None:
+    """Both splits hold at least one window of ``context + 1`` tokens (what training and the probe draw).
+
+    ``spec``: the corpus as the user typed it (``--corpus``), which the error names; default the corpus's name.
+    """
     for name, data in (("train", corpus.train), ("val", corpus.val)):
         if len(data) < context + 1:
+            total = len(corpus.train) + len(corpus.val)  # characters: one token each
             raise CorpusError(
-                f"corpus {corpus.name!r} is too short: its {name} split has {len(data)} tokens, fewer than "
-                f"one window of context+1 = {context + 1} (the split is {TRAIN_FRACTION:.0%}/"
-                f"{1 - TRAIN_FRACTION:.0%}; use a longer text or a smaller context)"
+                f"--corpus {spec or corpus.name}: {total} characters, too short for context {context}: its "
+                f"{name} split has {len(data)}, fewer than one window of context+1 = {context + 1} (the "
+                f"split is {TRAIN_FRACTION:.0%}/{1 - TRAIN_FRACTION:.0%}; use a longer text or a smaller context)"
             )
 
 
@@ -199,7 +203,7 @@ def load_corpus(spec: str, data_dir: str | None = None, cache_dir: str | None = 
     cached = _read_cache(cache_root, name, key)
     if cached is not None:
         if context is not None:
-            check_windows(cached, context)
+            check_windows(cached, context, spec)
         return cached
     text = _text(spec, data_dir)
     vocab = "".join(sorted(set(text)))
@@ -212,7 +216,7 @@ def load_corpus(spec: str, data_dir: str | None = None, cache_dir: str | None = 
     cut = len(train_text)
     corpus = Corpus(name, vocab, ids[:cut].copy(), ids[cut:].copy())
     if context is not None:
-        check_windows(corpus, context)
+        check_windows(corpus, context, spec)
     _write_cache(cache_root, corpus, key)
     return corpus
 

@@ -5,7 +5,7 @@ and conditions (``@register`` in ``interventions``) at import time. Every entry
 point calls ``preload(argv, prog)`` before it builds its parser, so the new
 names are valid choices when the inputs are checked; the Ray trainable and the
 probe actors import the same modules again in their own processes (the list
-travels in ``sweep.trial.TrialOptions.plugins`` / ``ProbeSettings.plugins``).
+travels in ``sweep.options.TrialOptions.plugins`` / ``ProbeSettings.plugins``).
 The module must be importable where it runs: on ``PYTHONPATH`` or installed.
 """
 

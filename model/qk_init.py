@@ -53,9 +53,6 @@ class InitRegime:
     colour: str  # matplotlib colour of its lines and points
     coupled: bool  # W_K starts tied to W_Q (SPEC §8: the "coupled" group)
 
-    def __call__(self, wq: Tensor, wk: Tensor, gen: torch.Generator) -> None:
-        self.fn(wq, wk, gen)
-
 
 #: name -> regime, in registration order (built-ins first).
 QK_INITS: dict[str, InitRegime] = {}

@@ -18,6 +18,13 @@ auth), ``test_lock.py`` (requirements.lock against pyproject.toml) and ``test_do
 Hygiene: environment variables change only through ``monkeypatch`` or the fixtures below
 (restored after); no test asserts a wall-clock time (timing targets belong to bench/).
 
+Tiers: a test that starts Ray (``ray.init``, ``sweep.ray_env.init_ray``, a ``Cluster``, a sweep
+CLI or ``ray start`` in a subprocess) is marked ``ray``; ``pytest -m "not ray"`` runs every
+other test. ``ray_only_when_marked`` (autouse) enforces it: in an unmarked test ``ray.init``
+raises, Ray left running fails the test, and ``RAY_TMPDIR`` points at a scratch folder where
+any Ray session started (in the test's process or a subprocess that inherits the environment)
+is found after the test and fails it.
+
 - ``ray_env`` (module): throw-away Ray clusters on this machine: ``RAY_AUTH_MODE=disabled``
   and no ``RAY_ADDRESS``, set through ``MonkeyPatch`` so both are restored after the
   module; any Ray left running is shut down before and after. Yields the MonkeyPatch,
@@ -40,7 +47,12 @@ Hygiene: environment variables change only through ``monkeypatch`` or the fixtur
 from __future__ import annotations
 
 import contextlib
+import glob
+import itertools
+import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 import s3_server
@@ -167,3 +179,50 @@ def registries():
 def hub_offline(monkeypatch):
     """No test may reach the Hugging Face hub: the checkpoint tests use tiny local models only."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+_RAY_SCRATCH: list[str] = []  # one short folder for the session (Ray's socket paths must stay < 108 chars)
+_RAY_SCRATCH_N = itertools.count()
+
+
+def _not_marked(nodeid: str) -> str:
+    return (f"{nodeid} starts Ray but is not marked `ray`: add @pytest.mark.ray "
+            "(or pytestmark) so that -m \"not ray\" leaves it out (tests/conftest.py)")
+
+
+@pytest.fixture(autouse=True)
+def ray_only_when_marked(request, monkeypatch):
+    """Fail a test that starts Ray without the ``ray`` marker (see Tiers above)."""
+    if request.node.get_closest_marker("ray") is not None:
+        yield
+        return
+    nodeid = request.node.nodeid
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(_not_marked(nodeid))
+
+    ray = sys.modules.get("ray")  # patched only where imported already: importing Ray costs seconds
+    running = ray is not None and ray.is_initialized()  # a module fixture of marked tests may hold one
+    if ray is not None:
+        monkeypatch.setattr(ray, "init", refuse)
+        worker = sys.modules.get("ray._private.worker")
+        if worker is not None:
+            monkeypatch.setattr(worker, "init", refuse)
+    if not _RAY_SCRATCH:
+        _RAY_SCRATCH.append(tempfile.mkdtemp(prefix="qkrg", dir="/tmp"))
+    scratch = os.path.join(_RAY_SCRATCH[0], str(next(_RAY_SCRATCH_N)))
+    monkeypatch.setenv("RAY_TMPDIR", scratch)
+    yield
+    started = bool(glob.glob(os.path.join(scratch, "ray", "session_*")))  # a Ray node's session folder
+    shutil.rmtree(scratch, ignore_errors=True)
+    ray = sys.modules.get("ray")
+    left_running = ray is not None and not running and ray.is_initialized()
+    if left_running:
+        ray.shutdown()
+    if started or left_running:
+        pytest.fail(_not_marked(nodeid), pytrace=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for folder in _RAY_SCRATCH:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,24 @@ def test_too_many_symbols_for_uint16_is_an_error(tmp_path: Path) -> None:
         load_corpus(str(path), cache_dir=str(tmp_path / "cache"))
 
 
+def test_file_shorter_than_one_window_is_named_by_the_path_as_typed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("tiny.txt").write_text("x" * 812, encoding="utf-8")
+    cache = str(tmp_path / "cache")
+    expected = ("--corpus ./tiny.txt: 812 characters, too short for context 1000: its train split has 730, "
+                "fewer than one window of context+1 = 1001")
+    with pytest.raises(CorpusError) as err:  # checked before anything is cached
+        load_corpus("./tiny.txt", cache_dir=cache, context=1000)
+    assert str(err.value).startswith(expected), err.value
+    load_corpus("./tiny.txt", cache_dir=cache)  # no context: no check, and the corpus is cached
+    with pytest.raises(CorpusError) as err:  # from the cache: the same line
+        load_corpus("./tiny.txt", cache_dir=cache, context=1000)
+    assert str(err.value).startswith(expected), err.value
+    with pytest.raises(CorpusError, match=r"^--corpus ./tiny.txt: 812 characters, .* its val split has 82,"):
+        load_corpus("./tiny.txt", cache_dir=cache, context=100)  # the train split has 730 ≥ 101
+
+
 def test_file_shorter_than_one_window_errors_in_sampler(tmp_path: Path) -> None:
     path = tmp_path / "short.txt"
     path.write_text("too short.", encoding="utf-8")
@@ -307,25 +326,22 @@ def test_probe_batch_is_fixed_and_comes_from_validation() -> None:
 # -- the embedded corpus -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def stdlib_texts() -> tuple[str, str]:
-    """Two builds of the stdlib-docs text, the second with the directory walk reversed
-    (what ``sorted`` must undo). ~6 s each."""
+def test_stdlib_docs_text_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same text whichever order the directory walk yields (what ``sorted`` undoes). On one
+    package of the stdlib with subpackages: a build of the whole stdlib costs ~5 s of CPU."""
+    package = Path(sysconfig.get_paths()["stdlib"]) / "email"
+    monkeypatch.setattr(corpus_mod.sysconfig, "get_paths", lambda *a, **k: {"stdlib": str(package)})
     first = stdlib_docs_text()
     original = Path.rglob
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Path, "rglob", lambda self, pattern: reversed(list(original(self, pattern))))
-        second = stdlib_docs_text()
-    return first, second
+    walked = list(original(package, "*.py"))
+    assert len(walked) > 10 and any(p.parent != package for p in walked)  # files in two levels
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: reversed(list(original(self, pattern))))
+    second = stdlib_docs_text()
+    assert len(first) > 10_000 and first == second
 
 
-def test_stdlib_docs_text_is_deterministic(stdlib_texts: tuple[str, str]) -> None:
-    first, second = stdlib_texts
-    assert first == second
-
-
-def test_stdlib_docs_text_size_and_content(stdlib_texts: tuple[str, str]) -> None:
-    text = stdlib_texts[0]
+def test_stdlib_docs_text_size_and_content() -> None:
+    text = stdlib_docs_text()
     assert 1_000_000 < len(text) < 3_000_000  # ~1.8M on CPython 3.11
     assert 80 <= len(set(text)) <= 200  # ~107 symbols
     assert "JSON (JavaScript Object Notation)" in text  # json's module docstring

@@ -141,6 +141,7 @@ def token_head(tmp_path):
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+@pytest.mark.ray  # a real head: `ray start --head` in a subprocess
 def test_token_head_refuses_clients_without_the_token(token_head, tmp_path):
     token_file = token_head["home"] / ".ray" / "auth_token"
     with_token = {**token_head["env"], "RAY_AUTH_MODE": "token"}

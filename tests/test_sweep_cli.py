@@ -68,7 +68,7 @@ CASES = [
     ("sweep.baseline", [*SWEEP, "--name", "../../x"], "--name must be a plain name"),
     ("sweep.baseline", [*SWEEP, "--corpus", "{tmp}/missing.txt"], "missing.txt"),
     ("sweep.baseline", [*SWEEP, "--corpus", "{tmp}/latin1.txt"], "not UTF-8: byte 0xe9 at byte offset 3"),
-    ("sweep.baseline", [*SWEEP, "--corpus", "{tmp}/short.txt"], "too short: its train split has 8 tokens"),
+    ("sweep.baseline", [*SWEEP, "--corpus", "{tmp}/short.txt"], "--corpus {tmp}/short.txt: 9 characters, too short for context"),
     ("sweep.baseline", [*SWEEP, "--corpus", "{tmp}"], "is not a file"),
     ("sweep.baseline", [*SWEEP, "--data-dir", "{tmp}"], "--data-dir"),
     ("sweep.baseline", [*SWEEP, "--epochs", "0"], "--epochs must be >= 1, got 0"),

@@ -317,14 +317,6 @@ class Store:
             self.skipped.append((path, error))
         return result.frame
 
-    def epochs_written(self, run_id: str, table: str = "epochs") -> list[int]:
-        """Epochs of ``run_id`` present in ``table``."""
-        return sorted({int(e) for e in self.read(table, run_id=run_id, columns=["epoch"])["epoch"]})
-
-    def list_runs(self, table: str = "epochs", sweep: str | None = None) -> list[str]:
-        """Run ids present in ``table`` (optionally of one sweep)."""
-        return sorted(set(self.read(table, sweep=sweep, columns=["run_id"])["run_id"]))
-
     # --- probes and locks --------------------------------------------------------
     def exists(self) -> bool:
         """Whether the root is there (a folder, or on an object store any object under the prefix)."""
