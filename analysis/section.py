@@ -120,3 +120,10 @@ class Analysis:
         out["notes"] = self.notes
         out["reference"] = PAPER_REFERENCE
         return to_jsonable(out)
+
+
+def left_out(sec: Section, an: Analysis) -> bool:
+    """An optional section with nothing to show and nothing to say: no heading, tables or figures
+    in the report and no entry under ``missing``."""
+    return (sec.optional and an.results.get(sec.name) is None
+            and not any(k.split(".")[0] == sec.name for k in an.missing))

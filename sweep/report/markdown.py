@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis import scorecard as sc
 from analysis.compute import Analysis, sections
-from analysis.section import Figure, Section
+from analysis.section import Figure, Section, left_out
 from sweep.report import tables as tb
 
 
@@ -79,9 +79,9 @@ def section_md(sec: Section, an: Analysis, frames: dict[str, pd.DataFrame], figs
 
     A section whose result exists but none of whose tables has rows counts as without data.
     """
-    result = an.results.get(sec.name)
-    if sec.optional and result is None and not any(k.split(".")[0] == sec.name for k in an.missing):
+    if left_out(sec, an):
         return []
+    result = an.results.get(sec.name)
     lines = [f"## {sec.heading}", ""]
     if result is None or (sec.table_names and not any(t in frames for t in sec.table_names)):
         return lines + [f"*No data: {an.missing.get(sec.name, 'not computed')}.*", ""]

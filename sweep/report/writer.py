@@ -15,7 +15,7 @@ import pandas as pd
 from analysis import scorecard as sc
 from analysis.compute import Analysis, compute_all, sections
 from analysis.primitives import to_jsonable
-from analysis.section import Figure
+from analysis.section import Figure, left_out
 from sweep.report import tables as tb
 from sweep.report.inputs import unknown_names
 from sweep.report.markdown import render_markdown, scorecard_md, skipped_md
@@ -73,6 +73,8 @@ def draw_figures(an: Analysis, out: Path) -> dict[str, list[Path]]:
     ``an.missing`` for each of the others."""
     written = {}
     for sec in sections():
+        if left_out(sec, an):
+            continue
         for fig in sec.figures:
             paths = drawer(fig)(an, out)
             if paths:
@@ -101,6 +103,8 @@ def _report_one(
     for name, df in frames.items():
         tb.write_table(df, out / "tables", name)
     for sec in sections():
+        if left_out(sec, an):
+            continue
         for name in sec.table_names:
             if name not in frames:
                 an.missing[f"tables.{name}"] = an.missing.get(sec.name, f"no data for section {sec.name!r}")
