@@ -30,7 +30,7 @@ from pathlib import Path
 
 from model.plugins import add_plugin_flag, preload
 from sweep.cli import DEFAULT_STORE, UsageError, at_least, parser, run_cli
-from sweep.estimate import describe_costs, measure, minutes, sweep_seconds
+from sweep.estimate import BUSY, busy, describe_costs, idle, measure, minutes, sweep_seconds
 from sweep.extension import ExtensionSettings, probe_checkpoints
 from sweep.extension.checkpoint_series import load_manifest
 from sweep.extension.revision_probe import ProbeSettings
@@ -110,6 +110,11 @@ def _main(args: argparse.Namespace) -> None:
         print(f"expected ≈ {minutes(sum(expected.values()))} on {cores} cores "
               f"(baseline ≈ {minutes(expected['baseline'])}, interventions ≈ {minutes(expected['interventions'])}); "
               f"timed here in {format_duration(time.perf_counter() - t0)}: {describe_costs(costs)}", flush=True)
+        if busy(costs) > BUSY:
+            quiet = sum((sweep_seconds(baseline, idle(costs), cores), sweep_seconds(interventions, idle(costs), cores),
+                         REST_S))
+            print(f"(the machine is busy: the timed steps took {busy(costs):.1f}× their own CPU time; "
+                  f"with the cores to itself the demo would take ≈ {minutes(quiet)})", flush=True)
         if preset == "quick":
             print("(--quick is a pipeline check: its runs end inside the initial collapse, far too short to "
                   "show the paper's effects; `make demo` shows them)", flush=True)

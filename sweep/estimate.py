@@ -7,8 +7,11 @@ validation; ``sweep_seconds(preset, costs, cores)`` replays Tune's first-in, fir
 placement of the grid's trials onto ``cores`` one-CPU slots and divides by the share of the
 machine a sweep turns into training (``SWEEP_EFFICIENCY``, measured; LOG.md).
 
-Every timing goes through a ``clock`` (``time.perf_counter`` by default), so a test can
-drive the whole estimate with a fake one.
+Every timing goes through a ``clock`` (``time.perf_counter`` by default) and a ``cpu_clock``
+(``time.process_time``), so a test can drive the whole estimate with fake ones. The two differ
+when other programs share the cores: the estimate follows the wall clock (what this machine
+gives now), and ``busy`` says how much slower that is than the steps' own CPU time (what an
+otherwise idle machine would give).
 """
 
 from __future__ import annotations
@@ -36,6 +39,12 @@ class ShapeCost:
 
     step_s: float  # one optimiser step
     epoch_s: float  # one epoch's probe of every layer + validation loss
+    cpu_step_s: float | None = None  # the step's own CPU time (None: not measured)
+
+    @property
+    def busy(self) -> float:
+        """Wall time over CPU time of a step: 1 on an idle machine, 3 when it got a third of a core."""
+        return self.step_s / self.cpu_step_s if self.cpu_step_s else 1.0
 
 
 def time_per_call(fn: Callable[[], object], calls: int, clock: Clock) -> float:
@@ -50,7 +59,7 @@ def time_per_call(fn: Callable[[], object], calls: int, clock: Clock) -> float:
 
 
 def measure(presets: Iterable[Preset], corpus, steps: int = 3, clock: Clock | None = None,
-            threads: int = 1) -> dict[int, ShapeCost]:
+            cpu_clock: Clock | None = None, threads: int = 1) -> dict[int, ShapeCost]:
     """Time ``steps`` optimiser steps and one probe per depth the presets use (seconds in all).
 
     Every preset must share one model width (the demo tiers do); the first preset's shape,
@@ -65,6 +74,7 @@ def measure(presets: Iterable[Preset], corpus, steps: int = 3, clock: Clock | No
     from model.train import Trainer
 
     clock = clock or time.perf_counter
+    cpu_clock = cpu_clock or time.process_time
     presets = list(presets)
     first = presets[0]
     previous = torch.get_num_threads()
@@ -75,9 +85,11 @@ def measure(presets: Iterable[Preset], corpus, steps: int = 3, clock: Clock | No
             trainer = Trainer(first.model_config(depth, corpus.vocab_size),
                               replace(first.train_config(first.seeds[0], "cpu"), steps_per_epoch=1),
                               corpus, first.inits[0], first.seeds[0])
+            c0 = cpu_clock()
             step_s = time_per_call(trainer.train_epoch, steps, clock)  # one step per "epoch"
+            cpu_step_s = (cpu_clock() - c0) / (steps + 1)  # the warm-up step included
             epoch_s = time_per_call(lambda t=trainer: (probe_layers(t.model, t.probe_x), t.val_loss()), 1, clock)
-            costs[depth] = ShapeCost(step_s, epoch_s)
+            costs[depth] = ShapeCost(step_s, epoch_s, cpu_step_s)
     finally:
         torch.set_num_threads(previous)
     return costs
@@ -106,12 +118,27 @@ def minutes(seconds: float) -> str:
     return f"{max(1, round(seconds / 60))} min"
 
 
+def busy(costs: dict[int, ShapeCost]) -> float:
+    """How much slower the timed steps ran than their own CPU time (1: an idle machine)."""
+    wall = sum(c.step_s for c in costs.values())
+    cpu = sum(c.cpu_step_s or c.step_s for c in costs.values())
+    return wall / cpu if cpu > 0 else 1.0
+
+
+def idle(costs: dict[int, ShapeCost]) -> dict[int, ShapeCost]:
+    """The same costs on an otherwise idle machine: every wall time scaled to its CPU time."""
+    return {d: replace(c, step_s=c.step_s / c.busy, epoch_s=c.epoch_s / c.busy) for d, c in costs.items()}
+
+
 def describe_costs(costs: dict[int, ShapeCost]) -> str:
-    """``1 layer 9 ms, 2 layers 14 ms … a step (probe 0.2 s an epoch)``."""
+    """``1 layer 9 ms, 2 layers 14 ms … a step on one core (probe + validation ≤ 0.2 s an epoch)``."""
     parts = [f"{d} layer{'s' if d > 1 else ''} {c.step_s * 1000:.0f} ms" for d, c in sorted(costs.items())]
     probe = max(c.epoch_s for c in costs.values())
     return f"{', '.join(parts)} a step on one core (probe + validation ≤ {probe:.1f} s an epoch)"
 
 
-__all__ = ["SWEEP_EFFICIENCY", "ShapeCost", "describe_costs", "measure", "minutes", "sweep_seconds",
-           "time_per_call", "trial_seconds"]
+#: ``busy`` above this: the timing says so and gives the idle machine's estimate too.
+BUSY = 1.3
+
+__all__ = ["BUSY", "SWEEP_EFFICIENCY", "ShapeCost", "busy", "describe_costs", "idle", "measure", "minutes",
+           "sweep_seconds", "time_per_call", "trial_seconds"]

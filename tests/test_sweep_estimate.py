@@ -86,11 +86,24 @@ def test_measure_times_each_depth_with_the_given_clock(one_thread):
     from sweep.runner import prepare_corpus
 
     b, i = BASELINE_PRESETS["smoke"], INTERVENTION_PRESETS["smoke"]
-    costs = measure([b, i], prepare_corpus(b), steps=4, clock=FakeClock(0.1))
+    costs = measure([b, i], prepare_corpus(b), steps=4, clock=FakeClock(0.1), cpu_clock=FakeClock(0.05))
     assert sorted(costs) == sorted(set(b.depths) | set(i.depths))
     for cost in costs.values():
         assert cost.step_s == pytest.approx(0.1 / 4)  # one tick over the 4 timed steps
+        assert cost.cpu_step_s == pytest.approx(0.05 / 5)  # one tick over the 5 steps, warm-up included
         assert cost.epoch_s == pytest.approx(0.1)
     # and the estimate built from them is the arithmetic above
     expected = sum(trial_seconds(b, c.depth, costs) for c in b.cells()) / SWEEP_EFFICIENCY
     assert sweep_seconds(b, costs, cores=1) == pytest.approx(expected)
+
+
+def test_a_busy_machine_is_said_and_the_idle_estimate_scaled():
+    """Wall 3× the CPU time: the steps got a third of a core; idle, everything takes a third."""
+    from sweep.estimate import busy, idle
+
+    costs = {1: ShapeCost(step_s=0.03, epoch_s=0.6, cpu_step_s=0.01), 2: ShapeCost(0.06, 0.9, 0.02)}
+    assert busy(costs) == pytest.approx(3.0) and costs[1].busy == pytest.approx(3.0)
+    quiet = idle(costs)
+    assert quiet[1] == ShapeCost(pytest.approx(0.01), pytest.approx(0.2), 0.01)
+    assert busy(quiet) == pytest.approx(1.0)
+    assert busy({1: ShapeCost(0.01, 0.2)}) == 1.0  # no CPU time measured: taken as idle
