@@ -160,10 +160,12 @@ def _schedule(template: TrainConfig, epochs: int, steps_per_epoch: int) -> Train
 
 
 #: The demo's schedule (LOG.md, issue 22): the baseline gets past the collapse after about
-#: 1000 optimiser steps at lr 1e-3 (pr_q - pr_k rising in 17/18 seed-averaged traces at 1000,
-#: 18/18 at 1026); the interventions act from their first step and show every predicted
-#: direction after 600 (the paper too trains them for a third of the baseline's epochs). The
-#: science sets the schedule; ``sweep.demo`` times a few steps first and says how long it takes.
+#: 1000 optimiser steps at lr 1e-3 (pr_q - pr_k rising in 13/18 seed-averaged traces at 850,
+#: 17/18 at 1000, 18/18 from 1050 on; 22 × 50 keeps one epoch of margin; pr_k falling 16/18);
+#: the interventions act from their first step and show every predicted direction in both
+#: seeds from 480 to 660 steps (600 chosen; at 420 the K clamp's not yet, at 720 forced
+#: contraction's logit_std and qk_erank no longer). The science sets the schedule;
+#: ``sweep.demo`` times a few steps first and says how long it will take.
 DEMO_DEPTHS = (1, 2, 3)
 DEMO_INTERVENTION_DEPTH = 2
 DEMO_BASELINE_SCHEDULE = (22, 50)  # epochs × steps per epoch
