@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 DEMO_EXTRAS := hf,tb
 
-.PHONY: demo test lint bench venv clean cluster-test lock
+.PHONY: demo demo-paper test lint bench venv clean cluster-test lock
 
 # `make demo` installs what the demo runs (the project, the checkpoint probe, TensorBoard);
 # `make test` adds the test tools (pytest, moto, boto3, ruff): ~25 s less for a first demo.
@@ -34,6 +34,11 @@ $(DEMO_STAMP): pyproject.toml $(LOCK)
 
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m sweep.demo
+
+# The paper's depths 4/6/8 (interventions: 8 layers) at the demo width, on every core; it prints
+# how long it expects to take on this machine before it trains.
+demo-paper: $(DEMO_STAMP)
+	$(BIN)/python -m sweep.demo --paper-depths
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -8,11 +8,17 @@
 
 The demo preset trains every run past the initial collapse of both
 participation ratios into the specialisation phase the paper is about (see
-LOG.md for the schedule). ``--quick`` runs the same four steps with the
-``quick`` presets: a pipeline check of a few minutes whose runs are far too
-short to show the effects (its report says so).
+LOG.md for the schedule). ``--paper-depths`` runs the ``paper-depths`` presets
+instead: the paper's depths 4/6/8 (interventions: 8 layers, 5 seeds) at the
+demo width, long enough for Table 4's counts. ``--quick`` runs the same four
+steps with the ``quick`` presets: a pipeline check of a couple of minutes whose
+runs are far too short to show the effects (its report says so).
 
-Steps 1–3 share one local Ray instance; outputs land under ``runs/``.
+Before training, every tier times a few optimiser steps per depth on this
+machine (``sweep.estimate``, a few seconds) and prints how long it expects to
+take on the cores it will use; at the end it prints that estimate next to the
+measured time, and each sweep prints the share of the machine it turned into
+training. Steps 1–3 share one local Ray instance; outputs land under ``runs/``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from sweep.cli import (
     parser,
     run_cli,
 )
+from sweep.estimate import BUSY, busy, describe_costs, idle, measure, minutes, sweep_seconds
 from sweep.extension import ExtensionSettings, probe_checkpoints
 from sweep.extension.checkpoint_series import load_manifest
 from sweep.extension.revision_probe import ProbeSettings
@@ -42,25 +49,32 @@ from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
 from sweep.progress import format_duration
 from sweep.ray_env import init_ray
 from sweep.report import output_target, write_report
-from sweep.runner import SweepSettings, run_sweep
+from sweep.runner import SweepSettings, prepare_corpus, run_sweep
 
 PROG = "python -m sweep.demo"
+#: Tiny series, extension probe and report after the sweeps (measured: 35 s + 9 s, LOG.md).
+REST_S = 45.0
+#: Steps timed per depth before training (plus one warm-up step and one probe).
+TIMED_STEPS = 3
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     preload(argv, PROG)
     p = parser(PROG, __doc__)
     add_plugin_flag(p)
+    add_pack_flags(p)
     p.add_argument("--store", default=DEFAULT_STORE, help="Parquet store root: a path or s3://bucket/prefix")
     p.add_argument("--storage", default="runs/ray", help="Tune storage: a path or s3://bucket/prefix")
     p.add_argument("--out", help="report folder: a path or a URI like --store's "
-                   "(default: runs/report, with --quick runs/report-quick)")
+                   "(default: runs/report, runs/report-quick, runs/report-paper-depths)")
     p.add_argument("--quick", action="store_true",
                    help="the quick presets: a pipeline check in a few minutes, too short to show the effects")
+    p.add_argument("--paper-depths", action="store_true",
+                   help="the paper's depths 4/6/8 and 8-layer interventions (all 5 seeds) at the demo width, "
+                   "long enough for Table 4's counts (default report: runs/report-paper-depths)")
     p.add_argument("--tiny-series", default="runs/tiny-series", help="where the tiny checkpoint series is built")
     p.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance, >= 1 (default: all)")
-    add_pack_flags(p)
     return p.parse_args(argv)
 
 
@@ -76,36 +90,62 @@ def _main(args: argparse.Namespace) -> None:
     if args.address and args.num_cpus is not None:
         raise UsageError(f"--num-cpus {args.num_cpus} sizes a local Ray; with --address {args.address} "
                          "the cluster's own CPUs are used (drop one of them)")
-    pack = pack_request("--pack", args.pack)
     tiny = Path(args.tiny_series)
     if tiny.exists() and not tiny.is_dir():
         raise UsageError(f"--tiny-series {args.tiny_series}: a file is in the way (need a folder)")
-    preset = "quick" if args.quick else "demo"
-    out = args.out or ("runs/report-quick" if args.quick else "runs/report")
+    if args.quick and args.paper_depths:
+        raise UsageError("--quick and --paper-depths are two different tiers: give one of them")
+    preset = "quick" if args.quick else "paper-depths" if args.paper_depths else "demo"
+    pack = pack_request("--pack", args.pack)
+    out = args.out or ("runs/report" if preset == "demo" else f"runs/report-{preset}")
     output_target(out)  # a URI it cannot write is refused now, not after the sweeps
     # a checkpoint every 5 epochs: a crash loses at most 5 short epochs, and 20 checkpoints
     # a run would cost more than a minute of the demo's two cores; every step (and its Ray
     # workers) imports the plugins
     trial = TrialOptions(args.store, args.storage, checkpoint_every=5, plugins=tuple(args.plugin))
+    baseline = BASELINE_PRESETS[preset]
     grid = INTERVENTION_PRESETS[preset]
-    interventions = replace(grid, seeds=grid.seeds[:2])
+    # the 2-layer tiers run 2 of the 5 intervention seeds; the paper-depths tier all 5, as the paper
+    interventions = grid if preset == "paper-depths" else replace(grid, seeds=grid.seeds[:2])
     extension = ExtensionSettings(ProbeSettings(args.store, n_seqs=8, seq_len=64, cpus=1.0,
                                                 plugins=tuple(args.plugin)), actors=2)
 
-    for grid in (BASELINE_PRESETS[preset], interventions):
-        check_pack("--pack", pack, grid.cells())  # before Ray starts
+    for grid_ in (baseline, interventions):
+        check_pack("--pack", pack, grid_.cells())  # before Ray starts
     t0 = time.perf_counter()
+    # timed before Ray starts, so that its processes do not compete with the timing
+    costs = measure([baseline, interventions], prepare_corpus(baseline), steps=TIMED_STEPS)
     started = init_ray(args.address, args.num_cpus)  # a Ray already running is used and left running
     try:
-        print(f"== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
-        run_sweep(BASELINE_PRESETS[preset],
-                  SweepSettings(f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run))
-        print(f"\n== 2/4 interventions ({preset} preset, 2 seeds) · {_elapsed(t0)} ==", flush=True)
+        cores = int(ray.cluster_resources().get("CPU", 1))
+        expected = {"baseline": sweep_seconds(baseline, costs, cores),
+                    "interventions": sweep_seconds(interventions, costs, cores), "rest": REST_S}
+        print(f"expected ≈ {minutes(sum(expected.values()))} on {cores} cores "
+              f"(baseline ≈ {minutes(expected['baseline'])}, interventions ≈ {minutes(expected['interventions'])}); "
+              f"timed here in {format_duration(time.perf_counter() - t0)}: {describe_costs(costs)}", flush=True)
+        if busy(costs) > BUSY:
+            quiet = sum((sweep_seconds(baseline, idle(costs), cores), sweep_seconds(interventions, idle(costs), cores),
+                         REST_S))
+            print(f"(the machine is busy: the timed steps took {busy(costs):.1f}× their own CPU time; "
+                  f"with the cores to itself the demo would take ≈ {minutes(quiet)})", flush=True)
+        if preset == "quick":
+            print("(--quick is a pipeline check: its runs end inside the initial collapse, far too short to "
+                  "show the paper's effects; `make demo` shows them)", flush=True)
+        measured: dict[str, float] = {}
+        print(f"\n== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
+        t = time.perf_counter()
+        run_sweep(baseline, SweepSettings(f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run))
+        measured["baseline"] = time.perf_counter() - t
+        print(f"\n== 2/4 interventions ({preset} preset, {len(interventions.seeds)} seeds) · {_elapsed(t0)} ==",
+              flush=True)
+        t = time.perf_counter()
         run_sweep(interventions, SweepSettings(f"interventions-{preset}", trial, pack=pack, dry_run=args.dry_run))
+        measured["interventions"] = time.perf_counter() - t
         if args.dry_run:
             print("\n== 3/4 checkpoint extension and 4/4 report: not run (dry run) ==")
             return
         print(f"\n== 3/4 checkpoint extension (tiny local series) · {_elapsed(t0)} ==", flush=True)
+        t = time.perf_counter()
         manifest = tiny / "manifest.json"
         if not manifest.is_file():
             build_series(args.tiny_series)
@@ -116,7 +156,14 @@ def _main(args: argparse.Namespace) -> None:
             ray.shutdown()
     print(f"\n== 4/4 report (preset {preset} only) · {_elapsed(t0)} ==", flush=True)
     write_report(args.store, out, preset=preset)
-    print(f"\n{'quick demo' if args.quick else 'demo'} finished in {format_duration(time.perf_counter() - t0)}")
+    measured["rest"] = time.perf_counter() - t
+    total = time.perf_counter() - t0
+    print(f"\n{'quick demo' if preset == 'quick' else 'demo' if preset == 'demo' else 'paper-depths demo'} "
+          f"finished in {format_duration(total)} on {cores} cores (expected ≈ {minutes(sum(expected.values()))}):")
+    for part in ("baseline", "interventions", "rest"):
+        label = {"rest": "series, extension, report"}.get(part, f"{part} sweep")
+        print(f"  {label:<26} expected {format_duration(expected[part]):>12}  measured "
+              f"{format_duration(measured[part]):>12}")
 
 
 def _elapsed(t0: float) -> str:

@@ -15,6 +15,17 @@ from sweep.cli import local_gpus
 #: GPUs per trial / per probe actor when the flag is not given and the cluster has GPUs.
 DEFAULT_GPU_FRACTION = 0.25
 
+#: A local Ray on a laptop runs its trials at the priority of any other program and leaves out
+#: what nobody reads there (issue 22, LOG.md). Ray starts its workers at nice 15 (Ray 2.60's
+#: ``worker_niceness``), so on a machine with anything else to do — the driver, Ray's own
+#: processes, the user's programs — the trials get the leftovers: 2-core sweeps under load got
+#: half the training a plain process pool got. Also off: the usage-stats reporter, and the
+#: metrics every worker exports every few seconds (no dashboard or Prometheus reads them). A joined
+#: cluster (``--address``) keeps its own settings. A variable already set in the environment wins;
+#: the others are set only while Ray starts its processes (which inherit them), then restored.
+LOCAL_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0, "enable_metrics_collection": False}
+
 
 def absolute_uri(uri: str) -> str:
     """Trials and actors run in another working directory: make a local path absolute."""
@@ -23,6 +34,8 @@ def absolute_uri(uri: str) -> str:
 
 def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None = None) -> bool:
     """Connect to ``address`` or start a local Ray; True when this call started it (then stop it)."""
+    import os
+
     import ray
 
     if ray.is_initialized():
@@ -30,7 +43,14 @@ def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None = N
     if address:
         ray.init(address=address, log_to_driver=True)
     else:
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=True)
+        added = [key for key in LOCAL_ENV if key not in os.environ]
+        os.environ.update({key: LOCAL_ENV[key] for key in added})
+        try:
+            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=True,
+                     _system_config=dict(LOCAL_SYSTEM_CONFIG))
+        finally:
+            for key in added:
+                os.environ.pop(key, None)
     return True
 
 

@@ -266,12 +266,14 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 ),
             )
+        cores = ray.cluster_resources().get("CPU", 0.0)
         t0 = time.perf_counter()
         with sweep_lock(store, name):
             results = tuner.fit()
         wall = time.perf_counter() - t0
         summary = summarize(results)
         print_summary(name, summary, wall, store_uri, path, trials=len(results))
+        print_efficiency(name, summary, wall, cores)
         return summary
     finally:
         if started:
@@ -283,19 +285,42 @@ def summarize(results) -> pd.DataFrame:
     rows = []
     for r in results:
         m = r.metrics or {}
-        for i, cell in enumerate(Pack.from_config(r.config["cell"]).cells):
+        pack = Pack.from_config(r.config["cell"])
+        for i, cell in enumerate(pack.cells):
             own = (m.get("members") or {}).get(str(i), m) if is_pack_config(r.config["cell"]) else m
             tag = _strength_tag({"strengths": dict(cell.strengths)})
+            wall_s = own.get("wall_s")
             rows.append({"condition": cell.intervention + tag, "init": cell.init, "depth": cell.depth,
                          "seed": cell.seed, "status": "error" if r.error else own.get("status", "?"),
                          "epoch": own.get("epoch"), "val_loss": own.get("val_loss"),
-                         "qk_alignment": own.get("qk_alignment"), "attn_entropy": own.get("attn_entropy")})
+                         "qk_alignment": own.get("qk_alignment"), "attn_entropy": own.get("attn_entropy"),
+                         # a pack's members share one trainer's time: each carries its share
+                         "wall_s": None if wall_s is None else wall_s / pack.size})
     return pd.DataFrame(rows).sort_values(["condition", "init", "depth", "seed"], ignore_index=True)
+
+
+def sweep_efficiency(summary: pd.DataFrame, wall: float, cores: float) -> float | None:
+    """The share of the machine the sweep turned into training: the trainers' own time (steps only;
+    probes, validation, store writes, checkpoints and Ray excluded) / cores ÷ the sweep's wall time."""
+    train = pd.to_numeric(summary.get("wall_s"), errors="coerce").dropna() if "wall_s" in summary else None
+    if train is None or train.empty or wall <= 0 or cores <= 0:
+        return None
+    return float(train.sum()) / cores / wall
+
+
+def print_efficiency(name: str, summary: pd.DataFrame, wall: float, cores: float) -> None:
+    ratio = sweep_efficiency(summary, wall, cores)
+    if ratio is None:
+        return
+    train = float(pd.to_numeric(summary["wall_s"], errors="coerce").sum())
+    print(f"[{name}] efficiency {ratio:.2f}: the trainers' own training time {train:.0f} s / {cores:g} cores "
+          f"over the sweep's {wall:.0f} s (the rest: per-epoch probes and validation, store writes, "
+          "checkpoints, trial start, Ray, other programs)", flush=True)
 
 
 def print_summary(name: str, summary: pd.DataFrame, wall: float, store: str, experiment: str,
                   trials: int | None = None) -> None:
-    shown = summary.copy()
+    shown = summary.copy().drop(columns="wall_s", errors="ignore")
     if shown["condition"].nunique() == 1:
         shown = shown.drop(columns="condition")
     packed = f"{len(summary)} runs in {trials} trials" if trials not in (None, len(summary)) else None

@@ -49,6 +49,7 @@ def tune_metrics(report: EpochReport) -> dict[str, Any]:
         "val_loss": run["val_loss"],
         "train_loss": run["train_loss"],
         "tokens_per_s": run["tokens_per_s"],
+        "wall_s": run["wall_s"],  # the trainer's own training time so far (the sweep's efficiency)
         "qk_alignment": layer_mean(report.layers, "qk_alignment"),
         "pr_q": layer_mean(report.layers, "pr_q"),
         "pr_k": layer_mean(report.layers, "pr_k"),

@@ -110,6 +110,7 @@ CASES = [
     ("sweep.demo", ["--out", "foo://x/y"], "--out foo://x/y: cannot write"),
     ("sweep.demo", ["--pack", "0", "--dry-run"], "--pack must be auto or a whole number of runs >= 1, got '0'"),
     ("sweep.demo", ["--pack", "3"], "--pack 3: a shape (depth, condition) of the interventions grid has at most 2"),
+    ("sweep.demo", ["--quick", "--paper-depths"], "--quick and --paper-depths are two different tiers"),
     ("sweep.tiny_series", ["--out", "{tmp}/series", "--steps", "0", "-5"], "--steps must be >= 0, got -5"),
     ("sweep.tiny_series", ["--out", "{tmp}/series", "--layers", "0"], "--layers must be >= 1, got 0"),
     ("sweep.tiny_series", ["--out", "{tmp}/series", "--corpus", "{tmp}/latin1.txt"], "latin1.txt' is not UTF-8"),
@@ -188,7 +189,7 @@ def test_help_shows_defaults_and_preset_shapes(capsys) -> None:
         baseline.parse(["--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "(default: 3)" in out and "(default: runs/store)" in out and "retry forever" in out
-    assert "demo: 17" in out and "smoke: 2" in out  # the presets' epochs
+    assert f"demo: {BASELINE_PRESETS['demo'].train.epochs}" in out and "smoke: 2" in out  # the presets' epochs
     with pytest.raises(SystemExit):
         model_train._parse(["--help"])
     out = " ".join(capsys.readouterr().out.split())

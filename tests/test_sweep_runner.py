@@ -420,3 +420,16 @@ def test_driver_killed_then_resume(local_ray, tmp_path):
     assert_store_complete(store, runs=len(cells), epochs=epochs, layer_rows=layer_rows)
     print(f"\nkilled with {len(finished_ids)} of {len(cells)} trials finished "
           f"({len(completed_at_kill)} completed in the store)")
+
+
+def test_sweep_efficiency_is_trainer_time_over_cores_and_wall():
+    """What each sweep prints at its end (no Ray needed)."""
+    import pandas as pd
+
+    from sweep.runner import sweep_efficiency
+
+    summary = pd.DataFrame({"wall_s": [30.0, 50.0, None, 40.0]})  # an errored trial reports nothing
+    assert sweep_efficiency(summary, wall=80.0, cores=2) == pytest.approx(120 / 2 / 80)
+    assert sweep_efficiency(summary.iloc[:0], wall=80.0, cores=2) is None
+    assert sweep_efficiency(pd.DataFrame({"status": ["error"]}), wall=80.0, cores=2) is None
+    assert sweep_efficiency(summary, wall=0.0, cores=2) is None
