@@ -167,3 +167,21 @@ def test_extension_lists_downloads_and_probes_a_hub_series(pythia_repo, tmp_path
     snapshots = cache / f"models--{REPO.replace('/', '--')}" / "snapshots"
     assert {p.name for p in snapshots.iterdir()} == {commit_of(REPO, f"step{s}") for s in (0, 1000, 2000)}
     assert not list((snapshots / commit_of(REPO, "step1000")).glob("*.bin"))
+
+
+def test_an_unsupported_hub_revision_is_refused_from_its_config_alone(pythia_repo, tmp_path) -> None:
+    """fetch_revision downloads config.json first: a model_type without an adapter is refused,
+    naming the supported ones, before any weight file is asked for."""
+    repo, _ = pythia_repo
+    odd = dict(repo.branches["step0"])
+    odd["config.json"] = json.dumps({**json.loads(odd["config.json"]), "model_type": "bert"}).encode()
+    other = HubRepo("someone/bert-series", {"step0": odd})
+    code = ("import sys; from sweep.extension.revision_probe import RevisionError, fetch_revision\n"
+            "try:\n    fetch_revision('someone/bert-series', 'step0', sys.argv[1], retries=1)\n"
+            "except RevisionError as exc:\n    print(exc)\n")
+    with hub_server([other]) as hub:
+        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, env=extension_env(hub.url, tmp_path))
+    assert "bert" in proc.stdout and "llama" in proc.stdout, proc.stdout + proc.stderr  # names the supported
+    fetched = [p for m, p, s in hub.requests if "/resolve/" in p]
+    assert fetched and all(p.endswith("/config.json") for p in fetched), fetched

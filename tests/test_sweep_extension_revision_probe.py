@@ -48,17 +48,19 @@ def test_progress_is_scaled_within_each_series(revisions) -> None:
     assert jobs_from_manifest(endpoint)[0].progress == 1.0
 
 
-def test_fetch_revision_files_and_errors(monkeypatch) -> None:
+def test_fetch_revision_files_and_errors(monkeypatch, tmp_path) -> None:
     import huggingface_hub
     from huggingface_hub.errors import RevisionNotFoundError
 
     calls = []
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files",
                         lambda self, repo, revision: ["config.json", "model.safetensors", "pytorch_model.bin"])
     monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        lambda repo, **kw: calls.append((repo, kw)) or "/cache/snap")
-    assert fetch_revision("a/b", "step1", "/cache") == "/cache/snap"
-    repo, kw = calls[0]
+                        lambda repo, **kw: calls.append((repo, kw)) or str(tmp_path))
+    assert fetch_revision("a/b", "step1", "/cache") == str(tmp_path)
+    (repo, first), (_, kw) = calls  # config.json alone first, checked, then the rest
+    assert first["allow_patterns"] == ["config.json"]
     assert (repo, kw["revision"], kw["cache_dir"]) == ("a/b", "step1", "/cache")
     assert "*.safetensors" in kw["allow_patterns"] and "*.bin" not in kw["allow_patterns"]
 

@@ -128,8 +128,10 @@ def fetch_revision(repo: str, revision: str, cache_dir: str | None, retries: int
     """Download one revision's weights, config and tokenizer; return the local snapshot folder.
 
     Safetensors only; pickled ``*.bin`` weights (a pickle can run code) only with
-    ``allow_pickle`` and when the revision has no safetensors. A missing
-    repository or revision is a ``RevisionError`` at once; network errors are retried.
+    ``allow_pickle`` and when the revision has no safetensors. ``config.json`` comes first,
+    alone: a revision without one or of an unsupported ``model_type`` is refused before any
+    weight is downloaded. A missing repository or revision is a ``RevisionError`` at once;
+    network errors are retried.
     """
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import (
@@ -149,6 +151,10 @@ def fetch_revision(repo: str, revision: str, cache_dir: str | None, retries: int
                 weights = ["*.bin"]
             else:
                 raise RevisionError(f"{repo}@{revision} has no safetensors weights; {PICKLE_HINT}")
+            if "config.json" not in files:
+                raise RevisionError(f"{repo}@{revision} has no config.json")
+            head = snapshot_download(repo, revision=revision, cache_dir=cache_dir, allow_patterns=["config.json"])
+            check_model_type(Path(head) / "config.json")  # before any weight is downloaded
             return snapshot_download(
                 repo, revision=revision, cache_dir=cache_dir, allow_patterns=weights + CONFIG_PATTERNS
             )
@@ -213,6 +219,21 @@ def has_tokenizer_files(folder: str) -> bool:
     return any(all(any(root.glob(name)) for name in group) for group in TOKENIZER_FILES)
 
 
+def check_model_type(path: Path) -> None:
+    """A ``RevisionError`` unless the ``config.json`` at ``path`` names a supported ``model_type``
+    (read from the JSON alone, nothing else loaded)."""
+    from metrics.hf_arch import UnsupportedArchitecture, adapter_for
+
+    try:
+        model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        raise RevisionError(f"{path} is not a readable JSON object: {exc}") from None
+    try:
+        adapter_for(model_type)
+    except UnsupportedArchitecture as exc:
+        raise RevisionError(str(exc)) from None
+
+
 def check_revision(folder: str, job: Job, settings: ProbeSettings) -> Any:
     """The cheap checks, before any weight is hashed or loaded; returns the model's config.
 
@@ -223,20 +244,13 @@ def check_revision(folder: str, job: Job, settings: ProbeSettings) -> Any:
     """
     from transformers import AutoConfig
 
-    from metrics.hf_arch import UnsupportedArchitecture, adapter_for, attention_window
+    from metrics.hf_arch import attention_window
 
     path = Path(folder) / "config.json"
     if not path.is_file():
         hint = " (a hub-cache root? give its snapshots/<hash> folder)" if (Path(folder) / "blobs").is_dir() else ""
         raise RevisionError(f"no config.json in {folder}{hint}")
-    try:
-        model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
-        raise RevisionError(f"{path} is not a readable JSON object: {exc}") from None
-    try:
-        adapter_for(model_type)
-    except UnsupportedArchitecture as exc:
-        raise RevisionError(str(exc)) from None
+    check_model_type(path)
     config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if limit is not None and settings.seq_len > limit:
