@@ -13,6 +13,7 @@ path of its drawing function (``Figure.draw``), which the report's writer import
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
@@ -66,7 +67,7 @@ class Figure:
     draw: str
 
 
-class Section(Generic[R]):
+class Section(ABC, Generic[R]):
     """One reducer statistic: subclass, set the class attributes, implement ``compute``."""
 
     name: ClassVar[str]  # stats.json key; also the key of its reason under ``missing``
@@ -78,8 +79,9 @@ class Section(Generic[R]):
     #: ``missing`` (nothing of its kind was run), instead of showing "No data".
     optional: ClassVar[bool] = False
 
+    @abstractmethod
     def compute(self, data: Inputs) -> Computed[R]:
-        raise NotImplementedError
+        """The section's typed result from one preset's tables (None, with a reason, when it has none)."""
 
     def tables(self, result: R) -> dict[str, pd.DataFrame | None]:
         """Each of ``table_names`` -> its DataFrame (None or empty: not written)."""

@@ -95,6 +95,34 @@ def load_state(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"refusing checkpoint {path}: it holds more than weights ({first})") from None
 
 
+def restore(trainer: Any) -> int:
+    """Load the trial's Tune checkpoint into ``trainer`` (a ``Trainer`` or ``PackedTrainer``), if
+    there is one; the epoch it holds (stored and reported already), else -1."""
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return -1
+    with checkpoint.as_directory() as d:
+        trainer.load_state_dict(load_state(Path(d) / STATE_FILE))
+    return trainer.epoch
+
+
+def write_rows(store: Store, identity: dict[str, Any], report: EpochReport) -> None:
+    """One run's rows of one epoch (idempotent per (run, epoch))."""
+    if report.layers:
+        store.write_layers([{**identity, "epoch": report.epoch, **row} for row in report.layers])
+    store.write_epoch({**identity, "epoch": report.epoch, **report.run})
+
+
+def report_to_tune(trainer: Any, metrics: dict[str, Any], checkpoint: bool) -> None:
+    """``tune.report`` the epoch's scalars, with the trainer's whole state when ``checkpoint``."""
+    if not checkpoint:
+        tune.report(metrics)
+        return
+    with tempfile.TemporaryDirectory() as d:
+        torch.save(trainer.state_dict(), Path(d) / STATE_FILE)
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+
+
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     """Tune function trainable. ``config = {"cell": Pack.to_config(), "options": TrialOptions.to_config()}``
     (for one run ``Pack.to_config()`` is ``Cell.to_config()``)."""
@@ -112,12 +140,7 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
                       preset.train_config(cell.seed, _device(), options.compile),
                       corpus, cell.init, cell.seed, intervention)
-    checkpoint = tune.get_checkpoint()
-    restored_epoch = -1  # stored and reported already, with the checkpoint
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            trainer.load_state_dict(load_state(Path(d) / STATE_FILE))
-        restored_epoch = trainer.epoch
+    restored_epoch = restore(trainer)
     store = Store(options.store)
     identity = cell.identity()
     every = options.checkpoint_every
@@ -125,17 +148,10 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     def on_epoch(report: EpochReport) -> None:
         if report.epoch <= restored_epoch:  # Trainer.run re-measures epoch 0 when restored there
             return
-        if report.layers:
-            store.write_layers([{**identity, "epoch": report.epoch, **row} for row in report.layers])
-        store.write_epoch({**identity, "epoch": report.epoch, **report.run})
+        write_rows(store, identity, report)
         _maybe_inject_failure(report.epoch, options)
-        metrics = tune_metrics(report)
-        if report.epoch % every and report.status == "running":
-            tune.report(metrics)
-            return
-        with tempfile.TemporaryDirectory() as d:
-            torch.save(trainer.state_dict(), Path(d) / STATE_FILE)
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+        report_to_tune(trainer, tune_metrics(report), checkpoint=not report.epoch % every
+                       or report.status != "running")
 
     trainer.run(on_epoch)
 
@@ -170,12 +186,7 @@ def train_pack(pack: Pack, options: TrialOptions, corpus: Corpus) -> None:
     members = [Member(c.init, c.seed, preset.train_config(c.seed, device, options.compile)) for c in pack.cells]
     trainer = PackedTrainer(preset.model_config(pack.depth, corpus.vocab_size), members, corpus,
                             lambda: make_intervention(pack.intervention, **dict(pack.cells[0].strengths)))
-    checkpoint = tune.get_checkpoint()
-    restored_epoch = -1  # stored and reported already, with the checkpoint
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            trainer.load_state_dict(load_state(Path(d) / STATE_FILE))
-        restored_epoch = trainer.epoch
+    restored_epoch = restore(trainer)
     store = Store(options.store)
     identities = [c.identity() for c in pack.cells]
     every = options.checkpoint_every
@@ -189,9 +200,7 @@ def train_pack(pack: Pack, options: TrialOptions, corpus: Corpus) -> None:
         if report.epoch <= restored_epoch:
             return
         identity = identities[i]
-        if report.layers:
-            store.write_layers([{**identity, "epoch": report.epoch, **row} for row in report.layers])
-        store.write_epoch({**identity, "epoch": report.epoch, **report.run})
+        write_rows(store, identity, report)
         epoch_reports[i] = report
         last[str(i)] = {k: v for k, v in tune_metrics(report).items() if k not in ("node_id", "gpu_ids")}
         if waiting - set(epoch_reports):
@@ -200,11 +209,6 @@ def train_pack(pack: Pack, options: TrialOptions, corpus: Corpus) -> None:
         metrics = pack_metrics(epoch_reports, last)
         waiting = {j for j, r in epoch_reports.items() if r.status == "running"}
         epoch_reports.clear()
-        if report.epoch % every and waiting:
-            tune.report(metrics)
-            return
-        with tempfile.TemporaryDirectory() as d:
-            torch.save(trainer.state_dict(), Path(d) / STATE_FILE)
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+        report_to_tune(trainer, metrics, checkpoint=not report.epoch % every or not waiting)
 
     trainer.run(on_epoch)
