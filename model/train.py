@@ -83,7 +83,6 @@ class EpochReport:
     """What ``on_epoch`` receives: run-level columns and one row per layer."""
 
     epoch: int
-    status: Status
     run: dict[str, Any]  # train_loss, val_loss, grad_norm, tokens_seen, wall_s, tokens_per_s, status
     layers: list[dict[str, Any]] = field(default_factory=list)  # §4.1 columns incl. grad norms
 
@@ -146,14 +145,14 @@ def epoch_report(model: nn.Module, probe_x: Tensor, epoch: int, status: Status, 
         "tokens_per_s": None if not epoch_wall else tokens_epoch / epoch_wall,
         "status": status,
     }
-    return EpochReport(epoch, status, run, layers)
+    return EpochReport(epoch, run, layers)
 
 
 def diverged_report(epoch: int, tokens_seen: int, wall_s: float) -> EpochReport:
     """The one report of the epoch in which a run's loss turned non-finite (no probe)."""
     run = {"train_loss": float("nan"), "val_loss": None, "grad_norm": None,
            "tokens_seen": tokens_seen, "wall_s": wall_s, "tokens_per_s": None, "status": "diverged"}
-    return EpochReport(epoch, "diverged", run, [])
+    return EpochReport(epoch, run, [])
 
 
 class Trainer:
@@ -394,7 +393,7 @@ def _train(args: argparse.Namespace, corpus: Corpus) -> None:
         fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
         align = sum(row["qk_alignment"] for row in r.layers) / max(len(r.layers), 1)
         print(f"epoch {r.epoch:3d}  train {fmt(run['train_loss'], '.4f')}  val {fmt(run['val_loss'], '.4f')}  "
-              f"align {align:.4f}  {fmt(run['tokens_per_s'], ',.0f')} tok/s  {r.status}")
+              f"align {align:.4f}  {fmt(run['tokens_per_s'], ',.0f')} tok/s  {run['status']}")
 
     trainer.run(show)
 

@@ -10,14 +10,21 @@ row lists its members' inits and seeds and its size (``pack``). EXPERIMENT is an
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from sweep.cli import UsageError, existing_path, parser, run_cli
+from sweep.spec import RunIdentity, runs_of
 
-CELL_COLUMNS = {"config/cell/intervention": "condition", "config/cell/init": "init",
-                "config/cell/depth": "depth", "config/cell/seed": "seed", "config/cell/pack": "pack"}
+#: a trial's cell (``sweep.spec.TrialSpec.cell``) as Tune flattens it; experiments started before the run
+#: spec (version 1) kept it under ``config/cell/`` and named the condition ``intervention``
+CELL_COLUMNS = {f"config/spec/cell/{k}": v for k, v in
+                (("condition", "condition"), ("init", "init"), ("depth", "depth"), ("seed", "seed"), ("pack", "pack"))}
+V1_CELL_COLUMNS = {"config/cell/intervention": "condition", **{f"config/cell/{k}": v for k, v in
+                                                               (("init", "init"), ("depth", "depth"),
+                                                                ("seed", "seed"), ("pack", "pack"))}}
 METRIC_COLUMNS = ["epoch", "status", "val_loss", "qk_alignment", "pr_q", "pr_k", "attn_entropy"]
 
 
@@ -35,7 +42,7 @@ def trials_table(analysis) -> pd.DataFrame:
     """One row per trial: id, Tune status, cell, last metrics."""
     last = analysis.dataframe()
     status = {t.trial_id: t.status for t in analysis.trials}
-    table = last.rename(columns=CELL_COLUMNS)
+    table = last.rename(columns={**V1_CELL_COLUMNS, **CELL_COLUMNS})
     table.insert(0, "tune_status", table["trial_id"].map(status))
     if "pack" in table.columns:  # unpacked trials of a sweep with packs: one run each
         table["pack"] = table["pack"].fillna(1).astype(int)
@@ -50,22 +57,23 @@ def trial_history(analysis, trial: str) -> pd.DataFrame:
     for t in analysis.trials:
         if trial in (t.trial_id, str(t)):
             frame = analysis.trial_dataframes[t.trial_id]
-            if "members" in t.config["cell"]:
-                return member_history(frame, t.config["cell"]["members"])
+            runs = runs_of(t.config)
+            if len(runs) > 1:
+                return member_history(frame, runs)
             return frame[[c for c in ["training_iteration", *METRIC_COLUMNS, "train_loss", "tokens_per_s"]
                           if c in frame.columns]]
     names = ", ".join(f"{t.trial_id} ({t})" for t in analysis.trials)
     raise UsageError(f"--trial {trial!r}: no such trial; trials: {names}")
 
 
-def member_history(frame: pd.DataFrame, members: list[dict]) -> pd.DataFrame:
+def member_history(frame: pd.DataFrame, members: Sequence[RunIdentity]) -> pd.DataFrame:
     """A pack's history, one row per (member, reported epoch): init, seed and the member's own metrics."""
     parts = []
     for i, m in enumerate(members):
         cols = {c: c.split("/", 2)[2] for c in frame.columns if c.startswith(f"members/{i}/")}
         part = frame[list(cols)].rename(columns=cols)
-        part.insert(0, "seed", m["seed"])
-        part.insert(0, "init", m["init"])
+        part.insert(0, "seed", m.seed)
+        part.insert(0, "init", m.init)
         parts.append(part)
     table = pd.concat(parts, ignore_index=True)
     cols = ["init", "seed", *[c for c in [*METRIC_COLUMNS, "train_loss", "tokens_per_s"] if c in table.columns]]

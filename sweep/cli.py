@@ -139,6 +139,16 @@ def at_least(flag: str, value: Any, low: float, note: str = "") -> None:
         raise UsageError(f"{flag} must be >= {low_text}{note}, got {value!r}")
 
 
+def local_ray_sizes(address: str | None, num_cpus: int | None, num_gpus: int | None = None) -> None:
+    """``--num-cpus`` / ``--num-gpus`` size a local Ray (>= 1 / >= 0); with ``--address`` they would be ignored."""
+    at_least("--num-cpus", num_cpus, 1)
+    at_least("--num-gpus", num_gpus, 0)
+    for flag, value in (("--num-cpus", num_cpus), ("--num-gpus", num_gpus)):
+        if address and value is not None:
+            raise UsageError(f"{flag} {value} sizes a local Ray; with --address {address} the cluster's own "
+                             f"{flag[6:].upper()}s are used (drop one of them)")
+
+
 def positive(flag: str, value: Any) -> None:
     """``value`` (if given) is a number > 0."""
     if value is None:

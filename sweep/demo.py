@@ -33,7 +33,7 @@ from sweep.cli import (
     DEFAULT_STORE,
     UsageError,
     add_pack_flags,
-    at_least,
+    local_ray_sizes,
     pack_request,
     parser,
     run_cli,
@@ -86,10 +86,7 @@ def main(argv: list[str] | None = None) -> None:
 def _main(args: argparse.Namespace) -> None:
     import ray
 
-    at_least("--num-cpus", args.num_cpus, 1)
-    if args.address and args.num_cpus is not None:
-        raise UsageError(f"--num-cpus {args.num_cpus} sizes a local Ray; with --address {args.address} "
-                         "the cluster's own CPUs are used (drop one of them)")
+    local_ray_sizes(args.address, args.num_cpus)
     tiny = Path(args.tiny_series)
     if tiny.exists() and not tiny.is_dir():
         raise UsageError(f"--tiny-series {args.tiny_series}: a file is in the way (need a folder)")

@@ -13,8 +13,8 @@ from sweep.cli import at_least, gpu_fraction, positive
 class TrialOptions:
     """Everything a trial needs besides its cell: what crosses from the driver into Tune.
 
-    Travels in the Tune config as ``to_config()`` (plain scalars, kept in the
-    experiment state, so a resumed sweep runs its trials with the options it started with).
+    Part of each trial's run spec (``sweep.spec.TrialSpec``), kept in the experiment state, so a
+    resumed sweep runs its trials with the options it started with.
     """
 
     store: str  # the Parquet store's root: a path or URI (absolute once the sweep starts)
@@ -26,20 +26,13 @@ class TrialOptions:
     checkpoint_every: int = 1  # epochs between Tune checkpoints (the last epoch always checkpoints)
     compile: bool = False  # torch.compile the model (CUDA only)
     plugins: tuple[str, ...] = ()  # modules imported first in every trial process (--plugin)
-    fail_after_epoch: int | None = None  # tests: SIGKILL the worker once after this epoch's rows
-    failure_marker_dir: str | None = None  # tests: where the one-time failure is remembered
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag (``run_sweep`` checks the GPUs against the nodes)."""
         positive("--cpus-per-trial", self.cpus_per_trial)
         at_least("--checkpoint-every", self.checkpoint_every, 1)
         gpu_fraction("--gpus-per-trial", self.gpus_per_trial, None)
-        if self.fail_after_epoch is not None and not self.failure_marker_dir:
-            raise ValueError("fail_after_epoch needs failure_marker_dir")
 
     def to_config(self) -> dict[str, Any]:
+        """Plain data (read back by ``sweep.spec.decode``)."""
         return {**asdict(self), "plugins": list(self.plugins)}
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> TrialOptions:
-        return cls(**{**config, "plugins": tuple(config.get("plugins", ()))})

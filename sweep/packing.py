@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -29,7 +28,7 @@ class Pack:
     def __post_init__(self) -> None:
         if not self.cells:
             raise ValueError("a pack needs at least one cell")
-        shapes = {(c.preset.name, c.depth, c.intervention, c.strengths) for c in self.cells}
+        shapes = {(c.preset.name, c.depth, c.condition, c.strengths) for c in self.cells}
         if len(shapes) > 1:
             raise ValueError(f"a pack mixes shapes (preset, depth, condition, strengths): {sorted(shapes)}")
 
@@ -42,28 +41,8 @@ class Pack:
         return self.cells[0].depth
 
     @property
-    def intervention(self) -> str:
-        return self.cells[0].intervention
-
-    def to_config(self) -> dict[str, Any]:
-        """The trial's ``cell`` config: ``Cell.to_config()`` for one cell (today's trials, unchanged);
-        for a pack the shared shape, ``members`` [{init, seed}], ``pack`` K, and ``init``/``seed``
-        listing the members' values (what the progress table and ``sweep.browse`` show)."""
-        first = self.cells[0].to_config()
-        if self.size == 1:
-            return first
-        return {"preset": first["preset"], "depth": self.depth, "intervention": self.intervention,
-                "strengths": first["strengths"], "init": ",".join(dict.fromkeys(c.init for c in self.cells)),
-                "seed": ",".join(str(s) for s in dict.fromkeys(c.seed for c in self.cells)),
-                "pack": self.size, "members": [{"init": c.init, "seed": c.seed} for c in self.cells]}
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Pack:
-        """The inverse of ``to_config`` (a plain cell config is a pack of one)."""
-        members = config.get("members")
-        if members is None:
-            return cls((Cell.from_config(config),))
-        return cls(tuple(Cell.from_config({**config, "init": m["init"], "seed": m["seed"]}) for m in members))
+    def condition(self) -> str:
+        return self.cells[0].condition
 
     def members_text(self) -> str:
         """``independent_xavier: 37,42 · qk_identical: 37,42``: the members, by init."""
@@ -73,16 +52,11 @@ class Pack:
         return " · ".join(f"{init}: {','.join(seeds)}" for init, seeds in by_init.items())
 
 
-def is_pack_config(config: dict[str, Any]) -> bool:
-    """A trial's ``cell`` config that holds several members."""
-    return "members" in config
-
-
 def shapes(cells: Sequence[Cell]) -> dict[tuple[int, str, tuple[tuple[str, float], ...]], list[Cell]]:
     """The cells by (depth, condition, strengths), each in grid order (init, then seed)."""
     out: dict[tuple[int, str, tuple[tuple[str, float], ...]], list[Cell]] = {}
     for c in cells:
-        out.setdefault((c.depth, c.intervention, c.strengths), []).append(c)
+        out.setdefault((c.depth, c.condition, c.strengths), []).append(c)
     return out
 
 
@@ -148,7 +122,7 @@ def steps_per_epoch(preset: Preset) -> tuple[int, bool]:
 
 def plan_frame(packs: Sequence[Pack]) -> pd.DataFrame:
     """One row per run: its trial (0-based), the pack's size and the run's cell."""
-    return pd.DataFrame([{"trial": t, "pack": p.size, "condition": c.intervention, "init": c.init,
+    return pd.DataFrame([{"trial": t, "pack": p.size, "condition": c.condition, "init": c.init,
                           "depth": c.depth, "seed": c.seed} for t, p in enumerate(packs) for c in p.cells])
 
 
@@ -170,6 +144,6 @@ def describe_plan(name: str, preset: Preset, packs: Sequence[Pack], notes: Seque
              f"{about}{trial_steps * len(packs):,} trial steps, {about}{trial_steps * runs:,} run steps in all"]
     for t, p in enumerate(packs, 1):
         swept = "".join(f" {k}={v:g}" for k, v in p.cells[0].strengths)
-        lines.append(f"  trial {t:>3}: {p.intervention}{swept} L{p.depth}, {p.size} run{'s' if p.size > 1 else ''}: "
+        lines.append(f"  trial {t:>3}: {p.condition}{swept} L{p.depth}, {p.size} run{'s' if p.size > 1 else ''}: "
                      f"{p.members_text()}")
     return "\n".join(lines)

@@ -2,9 +2,9 @@
 
 A preset fixes the grid (depths × inits × seeds × conditions) and the
 per-run shape: a ``GPTConfig`` and a ``TrainConfig`` template, whose defaults
-are the paper's. ``Preset.cells()`` expands it into one ``Cell`` per trial;
-``Cell.to_config()`` is the Tune config, the checkpoint metadata and the
-store identity at once.
+are the paper's. A preset is checked once, when it is built; ``Preset.cells()``
+expands it into one ``Cell`` per run, and ``sweep.spec.TrialSpec`` turns the
+cells of a trial into the run spec that crosses into Tune.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 import itertools
 import numbers
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interventions import CONTROL, PAPER_CONDITIONS, default_strengths
@@ -70,8 +70,8 @@ class Preset:
         if bad:
             raise ValueError(f"seeds must be >= 0, got {bad[0]}")
         if self.data_dir is not None and self.corpus != "wikitext103":
-            raise ValueError(f"data_dir {self.data_dir!r} is read only by the wikitext103 corpus; "
-                             f"corpus {self.corpus!r} would ignore it")
+            raise UsageError(f"--data-dir {self.data_dir} is read only by the wikitext103 corpus; --corpus "
+                             f"{self.corpus} ignores it (drop --data-dir or use --corpus wikitext103)")
         bad = [i for i in self.inits if i not in QK_INITS]
         if bad:
             raise ValueError(f"unknown init(s) {bad}; valid: {', '.join(QK_INITS)}")
@@ -114,54 +114,27 @@ class Preset:
 
 @dataclass(frozen=True)
 class Cell:
-    """One trial: a preset and its (init, depth, seed, condition)."""
+    """One run of a checked grid: a preset and its (init, depth, seed, condition, strengths)."""
 
     preset: Preset
     init: str
     depth: int
     seed: int
-    intervention: str = CONTROL
+    condition: str = CONTROL
     #: ``()`` at the condition's default strengths, else all its strengths as sorted (field, value)
     strengths: tuple[tuple[str, float], ...] = ()
 
     @property
     def run_id(self) -> str:
-        return run_id(self.preset.sweep, self.preset.name, self.init, self.depth, self.seed, self.intervention,
+        return run_id(self.preset.sweep, self.preset.name, self.init, self.depth, self.seed, self.condition,
                       dict(self.strengths))
 
     def identity(self) -> dict[str, Any]:
-        """The store's identity columns (``strengths``: every strength of the condition, SPEC §6)."""
+        """The run's identity (``sweep.spec.RunIdentity``; ``strengths``: every strength of the
+        condition, SPEC §6)."""
         return {"sweep": self.preset.sweep, "run_id": self.run_id, "preset": self.preset.name,
-                "init": self.init, "depth": self.depth, "seed": self.seed,
-                "intervention": self.intervention,
-                "strengths": strengths_json({**default_strengths(self.intervention), **dict(self.strengths)})}
-
-    def to_config(self) -> dict[str, Any]:
-        """Plain data for Tune (its config, result files and TensorBoard hparams).
-
-        The grid axes are left out, and so are the template fields each cell or trial sets:
-        a trial needs only its own cell and the run shape.
-        """
-        shape = {k: v for k, v in asdict(self.preset).items() if k not in GRID_AXES}
-        for part, names in PER_CELL.items():
-            shape[part] = {k: v for k, v in shape[part].items() if k not in names}
-        return {"preset": shape, "init": self.init, "depth": self.depth,
-                "seed": self.seed, "intervention": self.intervention, "strengths": dict(self.strengths)}
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Cell:
-        axes = {"depths": (config["depth"],), "inits": (config["init"],), "seeds": (config["seed"],),
-                "conditions": (config["intervention"],)}
-        shape = config["preset"]
-        preset = Preset(**{**shape, "model": GPTConfig(**shape["model"]), "train": TrainConfig(**shape["train"])},
-                        **axes)
-        strengths = tuple(sorted((k, float(v)) for k, v in config.get("strengths", {}).items()))
-        return cls(preset, config["init"], config["depth"], config["seed"], config["intervention"], strengths)
-
-
-GRID_AXES = ("depths", "inits", "seeds", "conditions", "strengths")
-#: Template fields that ``model_config`` / ``train_config`` set per cell or trial.
-PER_CELL = {"model": ("n_layer", "vocab_size"), "train": ("seed", "device", "compile")}
+                "init": self.init, "depth": self.depth, "seed": self.seed, "condition": self.condition,
+                "strengths": strengths_json({**default_strengths(self.condition), **dict(self.strengths)})}
 
 
 PAPER_SEEDS = (37, 42, 105, 210)
@@ -295,11 +268,7 @@ def preset_from_args(args: argparse.Namespace, presets: dict[str, Preset]) -> Pr
         changes["train"] = replace(base.train, **schedule)
     if getattr(args, "strengths", None):
         changes["strengths"] = parse_strengths(args.strengths, changes.get("conditions", base.conditions))
-    corpus = changes.get("corpus", base.corpus)
-    if args.data_dir is not None and corpus != "wikitext103":
-        raise UsageError(f"--data-dir {args.data_dir} is read only by the wikitext103 corpus; "
-                         f"--corpus {corpus} ignores it (drop --data-dir or use --corpus wikitext103)")
-    return replace(base, **changes)
+    return replace(base, **changes)  # the cross-flag rules are the preset's own checks
 
 
 def _check_grid_flags(args: argparse.Namespace) -> None:

@@ -14,7 +14,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,20 +28,16 @@ from sweep.cli import (
     add_pack_flags,
     at_least,
     gpu_fraction,
+    local_ray_sizes,
     pack_request,
     plain_name,
 )
+from sweep.faults import FaultInjection, add_fault_flags, fault_from_args
 from sweep.options import TrialOptions
-from sweep.packing import (
-    Pack,
-    check_pack,
-    describe_plan,
-    is_pack_config,
-    plan_frame,
-    plan_packs,
-)
+from sweep.packing import check_pack, describe_plan, plan_frame, plan_packs
 from sweep.presets import Preset
 from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
+from sweep.spec import LEGACY_VERSION, SPEC_VERSION, TrialSpec, cell_of, check_versions, runs_of
 from sweep.store import Store, StoreError, sweep_lock
 
 
@@ -70,8 +65,7 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     g.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
     add_pack_flags(g)
     add_plugin_flag(g)
-    g.add_argument("--fail-after-epoch", type=int, help=argparse.SUPPRESS)  # tests: inject one crash
-    g.add_argument("--failure-marker-dir", help=argparse.SUPPRESS)
+    add_fault_flags(g)  # tests: inject one crash
 
 
 @dataclass(frozen=True)
@@ -88,19 +82,15 @@ class SweepSettings:
     num_gpus: int | None = None  # GPUs of the local Ray (None: the CUDA devices here)
     pack: PackRequest = "auto"  # runs per trial: K, or auto (a whole shape with GPUs, else 1)
     dry_run: bool = False  # print the plan, train nothing
+    fault: FaultInjection | None = None  # crash tests only (``sweep.faults``): not a user option
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
         plain_name("--name", self.name)  # a folder of the storage: no '/' or '..'
         at_least("--max-concurrent", self.max_concurrent, 1)
         at_least("--max-failures", self.max_failures, -1, " (-1 = retry forever)")
-        at_least("--num-cpus", self.num_cpus, 1)
-        at_least("--num-gpus", self.num_gpus, 0)
+        local_ray_sizes(self.address, self.num_cpus, self.num_gpus)
         pack_request("--pack", self.pack)
-        for flag, value in (("--num-cpus", self.num_cpus), ("--num-gpus", self.num_gpus)):
-            if self.address and value is not None:
-                raise UsageError(f"{flag} {value} sizes a local Ray; with --address {self.address} "
-                                 f"the cluster's own {flag[6:].upper()}s are used (drop one of them)")
 
 
 def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSettings:
@@ -109,12 +99,11 @@ def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSett
     trial = TrialOptions(
         store=args.store, storage=args.storage, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial, checkpoint_every=args.checkpoint_every, compile=args.compile,
-        plugins=tuple(args.plugin), fail_after_epoch=args.fail_after_epoch,
-        # test-only; a local folder even when the storage is remote
-        failure_marker_dir=args.failure_marker_dir or str(Path("runs/markers").resolve() / name),
+        plugins=tuple(args.plugin),
     )
     return SweepSettings(name, trial, args.address, args.num_cpus, args.max_concurrent, args.max_failures,
-                         args.resume, args.num_gpus, pack_request("--pack", args.pack), args.dry_run)
+                         args.resume, args.num_gpus, pack_request("--pack", args.pack), args.dry_run,
+                         fault_from_args(args, name))
 
 
 def prepare_corpus(preset: Preset) -> Corpus:
@@ -125,13 +114,14 @@ def prepare_corpus(preset: Preset) -> Corpus:
 
 
 def _reporter(preset: Preset, n_trials: int, packed: bool):
-    cell = {"cell/init": "init", "cell/depth": "depth", "cell/seed": "seed"}
+    names = ["init", "depth", "seed"]
     if preset.conditions != (CONTROL,):
-        cell = {"cell/intervention": "condition", **cell}
+        names.insert(0, "condition")
     if packed:  # a pack's init and seed columns list its members'
-        cell["cell/pack"] = "pack"
+        names.append("pack")
     if preset.strengths:
-        cell = {**cell, "cell/strengths": "strengths"}
+        names.append("strengths")
+    cell = {f"spec/cell/{n}": n for n in names}
     from sweep.progress import EtaReporter
 
     return EtaReporter(
@@ -143,28 +133,28 @@ def _reporter(preset: Preset, n_trials: int, packed: bool):
     )
 
 
-def _strength_tag(cell: dict) -> str:
+def _strength_tag(strengths: dict[str, float]) -> str:
     """``-lam0.2`` for a cell away from its condition's default strengths (SPEC §5), else ``""``."""
-    return "".join(f"-{k}{v:g}" for k, v in sorted((cell.get("strengths") or {}).items()))
+    return "".join(f"-{k}{v:g}" for k, v in sorted((strengths or {}).items()))
 
 
 def _trial_name(trial) -> str:
-    c = trial.config["cell"]
-    tag = _strength_tag(c)
-    if is_pack_config(c):
-        first = c["members"][0]
-        return f"{c['intervention']}{tag}-L{c['depth']}-pack{c['pack']}-{first['init']}-s{first['seed']}"
-    return f"{c['intervention']}{tag}-{c['init']}-L{c['depth']}-s{c['seed']}"
+    c = cell_of(trial.config)
+    tag = _strength_tag(c.get("strengths"))
+    if "pack" in c:
+        first = runs_of(trial.config)[0]
+        return f"{c['condition']}{tag}-L{c['depth']}-pack{c['pack']}-{first.init}-s{first.seed}"
+    return f"{c['condition']}{tag}-{c['init']}-L{c['depth']}-s{c['seed']}"
 
 
 def _trial_dirname(trial) -> str:
-    c = trial.config["cell"]
-    tag = _strength_tag(c)[:12]
-    if is_pack_config(c):
-        first = c["members"][0]
-        return (f"{trial.trial_id}-{c['intervention'][:8]}{tag}-L{c['depth']}-pack{c['pack']}-"
-                f"{first['init'][:8]}-s{first['seed']}")
-    return f"{trial.trial_id}-{c['intervention'][:8]}{tag}-{c['init'][:8]}-L{c['depth']}-s{c['seed']}"
+    c = cell_of(trial.config)
+    tag = _strength_tag(c.get("strengths"))[:12]
+    if "pack" in c:
+        first = runs_of(trial.config)[0]
+        return (f"{trial.trial_id}-{c['condition'][:8]}{tag}-L{c['depth']}-pack{c['pack']}-"
+                f"{first.init[:8]}-s{first.seed}")
+    return f"{trial.trial_id}-{c['condition'][:8]}{tag}-{c['init'][:8]}-L{c['depth']}-s{c['seed']}"
 
 
 def dry_run(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
@@ -213,6 +203,8 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     restorable = tune.Tuner.can_restore(path)  # reads the experiment state; needs no Ray
     if settings.resume and not restorable:
         raise UsageError(f"--resume: no restorable experiment at {path}")
+    if restorable:  # a run spec version this code cannot read stops here, before anything restarts
+        version = check_versions(_trial_configs(path), path)
     store.check_writable()  # a clear error now rather than in every trial
     if storage != store_uri:  # Tune's storage too, before Ray starts (a missing bucket, a typo)
         try:
@@ -248,12 +240,16 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
         if restorable:
             print(f"[{name}] resuming the experiment at {path}: finished trials are kept, and so are the packs "
                   "it started with")
+            if version < SPEC_VERSION:
+                print(f"[{name}] the experiment was started before the run spec (version {LEGACY_VERSION}): "
+                      "its trials read their old configs")
             tuner = tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
         else:
             tuner = tune.Tuner(
                 trainable,
-                param_space={"cell": tune.grid_search([p.to_config() for p in packs]),
-                             "options": options.to_config()},
+                param_space={"spec": tune.grid_search([TrialSpec.of(p, options, corpus.vocab_size).to_config()
+                                                       for p in packs]),
+                             **({"fault": settings.fault.to_config()} if settings.fault else {})},
                 # reuse_actors: a trial's worker keeps its imports (torch, ray, the plugins);
                 # a fresh actor per trial cost ~6 s of CPU each (LOG.md). Results are identical.
                 tune_config=tune.TuneConfig(max_concurrent_trials=settings.max_concurrent, reuse_actors=True,
@@ -280,22 +276,38 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
             ray.shutdown()
 
 
+def _trial_configs(path: str) -> list[dict]:
+    """Each trial's own config from an experiment's state (trials without results included)."""
+    import logging
+
+    from ray import tune
+
+    quiet = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # one warning per trial without results otherwise
+    try:
+        return [t.config for t in tune.ExperimentAnalysis(path).trials]
+    finally:
+        quiet.setLevel(level)
+
+
 def summarize(results) -> pd.DataFrame:
     """One row per run (a pack's members each get their own): its cell, status and last metrics."""
     rows = []
     for r in results:
         m = r.metrics or {}
-        pack = Pack.from_config(r.config["cell"])
-        for i, cell in enumerate(pack.cells):
-            own = (m.get("members") or {}).get(str(i), m) if is_pack_config(r.config["cell"]) else m
-            tag = _strength_tag({"strengths": dict(cell.strengths)})
+        runs = runs_of(r.config)
+        strengths = cell_of(r.config).get("strengths")
+        for i, run in enumerate(runs):
+            own = (m.get("members") or {}).get(str(i), m) if len(runs) > 1 else m
             wall_s = own.get("wall_s")
-            rows.append({"condition": cell.intervention + tag, "init": cell.init, "depth": cell.depth,
-                         "seed": cell.seed, "status": "error" if r.error else own.get("status", "?"),
+            rows.append({"condition": run.condition + _strength_tag(strengths), "init": run.init,
+                         "depth": run.depth, "seed": run.seed,
+                         "status": "error" if r.error else own.get("status", "?"),
                          "epoch": own.get("epoch"), "val_loss": own.get("val_loss"),
                          "qk_alignment": own.get("qk_alignment"), "attn_entropy": own.get("attn_entropy"),
                          # a pack's members share one trainer's time: each carries its share
-                         "wall_s": None if wall_s is None else wall_s / pack.size})
+                         "wall_s": None if wall_s is None else wall_s / len(runs)})
     return pd.DataFrame(rows).sort_values(["condition", "init", "depth", "seed"], ignore_index=True)
 
 

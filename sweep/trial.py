@@ -1,19 +1,18 @@
-"""The Tune trainable: one (init, depth, seed, condition) cell of a sweep, or a pack of them.
+"""The Tune trainable: one run of a sweep, or a pack of them, as its run spec says.
 
-It converts the Tune config, calls the framework-free ``model.train.Trainer``
-(a pack: ``model.pack.PackedTrainer``, every member's rows as its own run's),
-writes each epoch's rows to the Parquet store, reports scalars (only) to Tune
-with a checkpoint, and resumes from ``tune.get_checkpoint()``. The store's
-writes are idempotent per (run, epoch), so an epoch replayed after a crash
-overwrites its own rows.
+It decodes the run spec (``sweep.spec``: checked once in the driver, read here
+without re-checking), calls the framework-free ``model.train.Trainer`` (a pack:
+``model.pack.PackedTrainer``, every member's rows as its own run's), writes each
+epoch's rows to the Parquet store, reports scalars (only) to Tune with a
+checkpoint, and resumes from ``tune.get_checkpoint()``. The store's writes are
+idempotent per (run, epoch), so an epoch replayed after a crash overwrites its
+own rows.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import pickle
-import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,13 +25,11 @@ from interventions import make_intervention
 from model.corpus import Corpus
 from model.plugins import load_plugins
 from model.train import EpochReport, Trainer
-from sweep.options import TrialOptions
-from sweep.packing import Pack, is_pack_config
-from sweep.presets import Cell
+from sweep.faults import FaultInjection, fault_from_config
+from sweep.spec import RunIdentity, TrialSpec, decode, plugins_of
 from sweep.store import Store
 
 STATE_FILE = "trainer.pt"
-FAILURE_MARKER = ".injected_failure_done"
 
 
 def layer_mean(rows: list[dict[str, Any]], column: str) -> float | None:
@@ -45,7 +42,7 @@ def tune_metrics(report: EpochReport) -> dict[str, Any]:
     run = report.run
     return {
         "epoch": report.epoch,
-        "status": report.status,
+        "status": run["status"],
         "val_loss": run["val_loss"],
         "train_loss": run["train_loss"],
         "tokens_per_s": run["tokens_per_s"],
@@ -65,17 +62,9 @@ def _device() -> str:
     return "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
 
 
-def _maybe_inject_failure(epoch: int, options: TrialOptions) -> None:
-    """Test-only: kill this worker process once, after epoch k's rows are written
-    but before its checkpoint is reported, so the retry replays epoch k."""
-    if options.fail_after_epoch is None or epoch != options.fail_after_epoch:
-        return
-    marker = Path(options.failure_marker_dir) / f"{tune.get_context().get_trial_id()}{FAILURE_MARKER}"
-    if marker.exists():
-        return
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
-    os.kill(os.getpid(), signal.SIGKILL)
+def _maybe_fail(fault: FaultInjection | None, epoch: int) -> None:
+    if fault is not None:
+        fault.maybe_fail(epoch, tune.get_context().get_trial_id())
 
 
 class CheckpointError(RuntimeError):
@@ -106,8 +95,9 @@ def restore(trainer: Any) -> int:
     return trainer.epoch
 
 
-def write_rows(store: Store, identity: dict[str, Any], report: EpochReport) -> None:
+def write_rows(store: Store, run: RunIdentity, report: EpochReport) -> None:
     """One run's rows of one epoch (idempotent per (run, epoch))."""
+    identity = run.row()
     if report.layers:
         store.write_layers([{**identity, "epoch": report.epoch, **row} for row in report.layers])
     store.write_epoch({**identity, "epoch": report.epoch, **report.run})
@@ -124,34 +114,30 @@ def report_to_tune(trainer: Any, metrics: dict[str, Any], checkpoint: bool) -> N
 
 
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
-    """Tune function trainable. ``config = {"cell": Pack.to_config(), "options": TrialOptions.to_config()}``
-    (for one run ``Pack.to_config()`` is ``Cell.to_config()``)."""
-    options = TrialOptions.from_config(config["options"])
-    load_plugins(options.plugins)  # before the cell's names are checked against the registries
+    """Tune function trainable. ``config``: ``TrialSpec.to_config()`` (and, in crash tests, ``fault``)."""
+    load_plugins(plugins_of(config))  # before the spec's names meet the registries
+    spec = decode(config, corpus.vocab_size)
     for noisy in ("ray.train", "ray.tune"):  # one INFO line per checkpoint otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    torch.set_num_threads(max(1, int(options.cpus_per_trial)))
-    if is_pack_config(config["cell"]):
-        train_pack(Pack.from_config(config["cell"]), options, corpus)
+    torch.set_num_threads(max(1, int(spec.options.cpus_per_trial)))
+    fault = fault_from_config(config)
+    if len(spec.runs) > 1:
+        train_pack(spec, corpus, fault)
         return
-    cell = Cell.from_config(config["cell"])
-    preset = cell.preset
-    intervention = make_intervention(cell.intervention, **dict(cell.strengths))  # SPEC §5 strengths
-    trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
-                      preset.train_config(cell.seed, _device(), options.compile),
-                      corpus, cell.init, cell.seed, intervention)
+    run = spec.runs[0]
+    intervention = make_intervention(spec.condition, **dict(spec.strengths))  # SPEC §5 strengths
+    trainer = Trainer(spec.model, spec.run_train(run, _device()), corpus, run.init, run.seed, intervention)
     restored_epoch = restore(trainer)
-    store = Store(options.store)
-    identity = cell.identity()
-    every = options.checkpoint_every
+    store = Store(spec.options.store)
+    every = spec.options.checkpoint_every
 
     def on_epoch(report: EpochReport) -> None:
         if report.epoch <= restored_epoch:  # Trainer.run re-measures epoch 0 when restored there
             return
-        write_rows(store, identity, report)
-        _maybe_inject_failure(report.epoch, options)
+        write_rows(store, run, report)
+        _maybe_fail(fault, report.epoch)
         report_to_tune(trainer, tune_metrics(report), checkpoint=not report.epoch % every
-                       or report.status != "running")
+                       or report.run["status"] != "running")
 
     trainer.run(on_epoch)
 
@@ -172,7 +158,7 @@ def pack_metrics(reports: dict[int, EpochReport], members: dict[str, dict[str, A
     return out
 
 
-def train_pack(pack: Pack, options: TrialOptions, corpus: Corpus) -> None:
+def train_pack(spec: TrialSpec, corpus: Corpus, fault: FaultInjection | None) -> None:
     """Train a pack's members as one batched model; each member's rows go to the store as its own run's.
 
     Tune gets one report per epoch, after every member still training has written that epoch's rows,
@@ -181,15 +167,13 @@ def train_pack(pack: Pack, options: TrialOptions, corpus: Corpus) -> None:
     """
     from model.pack import Member, PackedTrainer
 
-    preset = pack.cells[0].preset
     device = _device()
-    members = [Member(c.init, c.seed, preset.train_config(c.seed, device, options.compile)) for c in pack.cells]
-    trainer = PackedTrainer(preset.model_config(pack.depth, corpus.vocab_size), members, corpus,
-                            lambda: make_intervention(pack.intervention, **dict(pack.cells[0].strengths)))
+    members = [Member(r.init, r.seed, spec.run_train(r, device)) for r in spec.runs]
+    trainer = PackedTrainer(spec.model, members, corpus,
+                            lambda: make_intervention(spec.condition, **dict(spec.strengths)))
     restored_epoch = restore(trainer)
-    store = Store(options.store)
-    identities = [c.identity() for c in pack.cells]
-    every = options.checkpoint_every
+    store = Store(spec.options.store)
+    every = spec.options.checkpoint_every
     # members still training: each reports every epoch until it completes or diverges
     waiting = {i for i, s in enumerate(trainer.statuses) if s == "running"}
     epoch_reports: dict[int, EpochReport] = {}
@@ -199,15 +183,14 @@ def train_pack(pack: Pack, options: TrialOptions, corpus: Corpus) -> None:
         nonlocal waiting
         if report.epoch <= restored_epoch:
             return
-        identity = identities[i]
-        write_rows(store, identity, report)
+        write_rows(store, spec.runs[i], report)
         epoch_reports[i] = report
         last[str(i)] = {k: v for k, v in tune_metrics(report).items() if k not in ("node_id", "gpu_ids")}
         if waiting - set(epoch_reports):
             return  # other members' rows of this epoch still to come
-        _maybe_inject_failure(report.epoch, options)
+        _maybe_fail(fault, report.epoch)
         metrics = pack_metrics(epoch_reports, last)
-        waiting = {j for j, r in epoch_reports.items() if r.status == "running"}
+        waiting = {j for j, r in epoch_reports.items() if r.run["status"] == "running"}
         epoch_reports.clear()
         report_to_tune(trainer, metrics, checkpoint=not report.epoch % every or not waiting)
 

@@ -1,11 +1,13 @@
-"""Helpers of the sweep tests on Ray (test_sweep_runner.py, test_plugins.py)."""
+"""Helpers of the sweep tests (test_sweep_runner.py, test_plugins.py, test_sweep_spec.py)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
+from sweep.options import TrialOptions
 from sweep.store import Store, validate
 
 
@@ -30,3 +32,24 @@ def assert_store_complete(store: Store, runs: int, epochs: int, layer_rows: int)
     for (run, epoch), group in ly.groupby(["run_id", "epoch"]):
         assert sorted(group["layer"]) == list(range(int(group["depth"].iloc[0]))), (run, epoch)
     return ep, ly
+
+
+def v1_config(cells, options: TrialOptions) -> dict:
+    """The Tune config qkgeom wrote before the run spec (``Cell.to_config`` / ``Pack.to_config`` and
+    ``TrialOptions.to_config`` of commit 77beb21), built here by hand."""
+    preset = cells[0].preset
+    shape = {k: v for k, v in asdict(preset).items() if k not in ("depths", "inits", "seeds", "conditions",
+                                                                   "strengths")}
+    shape["model"] = {k: v for k, v in shape["model"].items() if k not in ("n_layer", "vocab_size")}
+    shape["train"] = {k: v for k, v in shape["train"].items() if k not in ("seed", "device", "compile")}
+    first = cells[0]
+    if len(cells) == 1:
+        cell = {"preset": shape, "init": first.init, "depth": first.depth, "seed": first.seed,
+                "intervention": first.condition, "strengths": dict(first.strengths)}
+    else:
+        cell = {"preset": shape, "depth": first.depth, "intervention": first.condition,
+                "strengths": dict(first.strengths), "init": ",".join(dict.fromkeys(c.init for c in cells)),
+                "seed": ",".join(str(s) for s in dict.fromkeys(c.seed for c in cells)), "pack": len(cells),
+                "members": [{"init": c.init, "seed": c.seed} for c in cells]}
+    return {"cell": cell, "options": {**asdict(options), "plugins": list(options.plugins),
+                                      "fail_after_epoch": None, "failure_marker_dir": "/tmp/markers"}}

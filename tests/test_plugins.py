@@ -25,6 +25,7 @@ from model.train import Trainer
 from sweep import report
 from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS, Preset
 from sweep.report import figures as fg
+from sweep.spec import RunIdentity
 from sweep.store import Store
 from sweep.synthetic import make_synthetic_store
 
@@ -55,8 +56,8 @@ def _run_preset(preset: Preset, store: Store) -> None:
     corpus = tiny_corpus()
     for cell in preset.cells():
         trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size), preset.train_config(cell.seed, "cpu"),
-                          corpus, cell.init, cell.seed, make_intervention(cell.intervention))
-        identity = cell.identity()
+                          corpus, cell.init, cell.seed, make_intervention(cell.condition))
+        identity = RunIdentity(**cell.identity()).row()
 
         def on_epoch(r, identity=identity):
             if r.layers:

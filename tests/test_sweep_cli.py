@@ -200,7 +200,7 @@ def test_help_shows_defaults_and_preset_shapes(capsys) -> None:
     (lambda: Preset("x", "baseline", "stdlib-docs", (1,), ("qk_identical",), ("a", "b")),
      ValueError, "Preset.seeds must hold integers, got 'a'"),
     (lambda: Preset("x", "baseline", "stdlib-docs", (1,), ("qk_identical",), (1,), data_dir="/d"),
-     ValueError, "corpus 'stdlib-docs' would ignore it"),
+     ValueError, "--corpus stdlib-docs ignores it"),
     (lambda: Store("s3://"), StoreError, "names no bucket"),
     (lambda: Store(None), StoreError, "must be a path or URI string"),
     (lambda: TrainConfig(batch_size="8"), ValueError, "TrainConfig.batch_size must be an integer"),

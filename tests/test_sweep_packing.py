@@ -33,24 +33,17 @@ def test_auto_is_one_run_per_trial_without_gpus() -> None:
 def test_explicit_sizes_cut_each_shape_in_grid_order() -> None:
     plan, _ = plan_packs(PAPER.cells(), 5, cluster_gpus=0, packable=everything)
     assert sorted(p.size for p in plan) == [2] * 3 + [5] * 6
-    assert {(p.depth, p.intervention) for p in plan} == {(d, "none") for d in PAPER.depths}
+    assert {(p.depth, p.condition) for p in plan} == {(d, "none") for d in PAPER.depths}
 
 
 def test_a_condition_that_is_not_pack_aware_runs_unpacked_with_one_note() -> None:
     plan, notes = plan_packs(PAPER_IV.cells(), "auto", 1, packable=lambda c: c != "k_spectrum_clamp")
-    sizes = {p.intervention: p.size for p in plan}
+    sizes = {p.condition: p.size for p in plan}
     assert sizes["k_spectrum_clamp"] == 1 and sizes["none"] == 5 and len(plan) == 5 + 5
     assert notes == ["condition k_spectrum_clamp is not pack-aware: its runs train unpacked, one per trial"]
 
 
-def test_pack_config_round_trip_and_pack_of_one_is_the_cell_config() -> None:
-    (pack, *_), _ = plan_packs(PAPER.cells(), "auto", 1, packable=everything)
-    config = pack.to_config()
-    assert config["pack"] == 12 and config["seed"] == "37,42,105,210" and len(config["members"]) == 12
-    assert [c.identity() for c in Pack.from_config(config).cells] == [c.identity() for c in pack.cells]
-    cell = PAPER.cells()[0]
-    assert Pack((cell,)).to_config() == cell.to_config()
-    assert [c.identity() for c in Pack.from_config(cell.to_config()).cells] == [cell.identity()]
+def test_a_pack_holds_one_shape() -> None:
     with pytest.raises(ValueError, match="mixes shapes"):
         Pack((PAPER.cells()[0], PAPER.cells()[-1]))
 

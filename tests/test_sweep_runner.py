@@ -28,9 +28,10 @@ from ray import tune
 from sweep_helpers import assert_store_complete, dirs
 
 from sweep import baseline, browse, interventions
+from sweep.faults import FAILURE_MARKER
 from sweep.presets import ALL_CONDITIONS, BASELINE_PRESETS
+from sweep.spec import cell_of
 from sweep.store import Store
-from sweep.trial import FAILURE_MARKER
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_env")]  # ray_env: tests/conftest.py
 
@@ -225,6 +226,58 @@ def test_resume_flag_without_experiment_is_refused(local_ray, tmp_path):
         baseline.main(["--preset", "smoke", "--resume", *dirs(tmp_path, "nothing-here")])
 
 
+# --- experiments of other run spec versions (sweep/spec.py) -----------------------------------
+
+LEGACY_GRID = ["--preset", "smoke", "--inits", "independent_xavier", "--depths", "1", "--epochs", "2"]
+
+
+def _tuner(config: dict, storage: Path, name: str):
+    """A Tune experiment of ``train_cell`` with one trial of ``config``, no retries."""
+    from sweep.runner import prepare_corpus
+    from sweep.trial import train_cell
+
+    corpus = prepare_corpus(BASELINE_PRESETS["smoke"])
+    return tune.Tuner(tune.with_resources(tune.with_parameters(train_cell, corpus=corpus), {"cpu": 1}),
+                      param_space=config,
+                      run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=0,
+                                                failure_config=tune.FailureConfig(max_failures=0)))
+
+
+def test_an_experiment_started_before_the_run_spec_resumes(local_ray, tmp_path, capsys):
+    """A trial with the version 1 config (as qkgeom wrote it before the run spec) died after epoch 1's
+    rows; ``--resume`` finishes it, and its rows are those of a fresh sweep of the same grid."""
+    from sweep_helpers import v1_config
+
+    from sweep.options import TrialOptions
+    from sweep.presets import preset_from_args
+
+    old = tmp_path / "old"
+    preset = preset_from_args(baseline.parse(LEGACY_GRID), BASELINE_PRESETS)
+    config = v1_config(preset.cells(), TrialOptions(str(old / "store"), str(old / "ray"), gpus_per_trial=0.0))
+    config["options"].update(fail_after_epoch=1, failure_marker_dir=str(tmp_path / "markers"))
+    assert _tuner(config, old / "ray", "old").fit().errors  # killed after epoch 1, no retry
+    summary = baseline.main([*LEGACY_GRID, *dirs(old, "old"), "--resume"])
+    assert "started before the run spec (version 1)" in capsys.readouterr().out
+    assert summary["status"].tolist() == ["completed"] and summary["epoch"].tolist() == [2]
+    fresh = baseline.main([*LEGACY_GRID, *dirs(tmp_path / "new", "new")])
+    assert fresh["status"].tolist() == ["completed"]
+    for table in ("epochs", "layers"):
+        a, b = (Store(str(d / "store")).read(table).drop(columns=["wall_s", "tokens_per_s"], errors="ignore")
+                .sort_values(["epoch", *(["layer"] if table == "layers" else [])], ignore_index=True)
+                for d in (old, tmp_path / "new"))
+        pd.testing.assert_frame_equal(a, b)  # CPU runs are bit-identical
+
+
+def test_an_experiment_of_an_unknown_run_spec_version_is_refused(local_ray, tmp_path, capsys):
+    future = {"spec": {"version": 99, "options": {"plugins": []}}}
+    assert _tuner(future, tmp_path / "ray", "future").fit().errors  # its trial cannot read it either
+    with pytest.raises(SystemExit) as exit_:
+        baseline.main(["--preset", "smoke", *dirs(tmp_path, "future")])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "was written with run spec version 99, which this qkgeom cannot read" in line, line
+
+
 def test_interventions_smoke(local_ray, tmp_path):
     summary = interventions.main(["--preset", "smoke", "--seeds", "1", *dirs(tmp_path, "interventions")])
     smoke = interventions.INTERVENTION_PRESETS["smoke"]
@@ -362,7 +415,7 @@ def _terminated(experiment: Path) -> set[tuple[str, int, int]]:
         return set()
     finally:
         quiet.setLevel(level)
-    return {(t.config["cell"]["init"], t.config["cell"]["depth"], t.config["cell"]["seed"])
+    return {(cell_of(t.config)["init"], cell_of(t.config)["depth"], cell_of(t.config)["seed"])
             for t in analysis.trials if t.status == "TERMINATED"}
 
 

@@ -18,9 +18,9 @@ import ray
 from sweep_helpers import assert_store_complete, dirs
 
 from sweep import baseline, browse, demo, interventions
+from sweep.faults import FAILURE_MARKER
 from sweep.report import write_report
 from sweep.store import Store
-from sweep.trial import FAILURE_MARKER
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_env")]  # ray_env: tests/conftest.py
 
@@ -96,7 +96,7 @@ def test_packed_sweep_writes_the_unpacked_rows_and_survives_a_kill(stores):
         assert len(summary) == 4 and (summary["status"] == "completed").all(), summary
         assert (summary["epoch"] == 2).all()
     results = ray.tune.ExperimentAnalysis(str(tmp / "packed" / "ray" / "packed")).dataframe()
-    assert len(results) == 1 and results["config/cell/pack"].item() == 4  # one trial trained all four
+    assert len(results) == 1 and results["config/spec/cell/pack"].item() == 4  # one trial trained all four
 
     a, b = Store(str(tmp / "unpacked" / "store")), Store(str(tmp / "packed" / "store"))
     for store in (a, b):  # no row lost or duplicated, although the packed trial replayed epoch 1

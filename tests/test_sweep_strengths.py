@@ -4,15 +4,13 @@ before Ray starts, the help generated from the registry, the cells and run ids i
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import ray
 from intervention_helpers import assert_params_equal, none_run, params, train
 
 from interventions import make_intervention
 from sweep import interventions
-from sweep.presets import INTERVENTION_PRESETS, Cell, preset_from_args
+from sweep.presets import INTERVENTION_PRESETS, preset_from_args
 from sweep.strengths import parse_strengths, strengths_help
 
 DOSE = ("--conditions", "none,forced_k_contraction", "--strengths", "forced_k_contraction.lam=0,0.05,0.2")
@@ -26,7 +24,7 @@ def test_each_strength_is_its_own_cell_and_the_default_keeps_its_run_id() -> Non
     p = preset(*DOSE)
     assert p.strengths == (("forced_k_contraction", "lam", (0.0, 0.05, 0.2)),)
     cells = p.cells()
-    assert [(c.intervention, c.strengths) for c in cells] == [
+    assert [(c.condition, c.strengths) for c in cells] == [
         ("none", ()), ("forced_k_contraction", (("lam", 0.0),)), ("forced_k_contraction", ()),
         ("forced_k_contraction", (("lam", 0.2),))]
     base = "interventions.smoke.independent_xavier.L2.s7"
@@ -36,16 +34,6 @@ def test_each_strength_is_its_own_cell_and_the_default_keeps_its_run_id() -> Non
     plain = INTERVENTION_PRESETS["smoke"].cells()
     assert {c.run_id for c in plain} >= {f"{base}.none", f"{base}.forced_k_contraction"}
     assert [c.identity()["strengths"] for c in cells] == ["{}", '{"lam": 0.0}', '{"lam": 0.05}', '{"lam": 0.2}']
-
-
-def test_strength_cells_round_trip_through_the_tune_config() -> None:
-    for cell in preset(*DOSE).cells():
-        back = Cell.from_config(cell.to_config())
-        assert back == replace(cell, preset=back.preset)
-        assert (back.run_id, back.identity()) == (cell.run_id, cell.identity())
-    old = preset(*DOSE).cells()[2].to_config()
-    del old["strengths"]  # a Tune config written before strengths existed: the defaults
-    assert Cell.from_config(old).strengths == ()
 
 
 def test_flag_repeated_or_several_words() -> None:
@@ -104,10 +92,10 @@ def test_bad_strengths_are_one_line_and_exit_2_before_ray(no_ray, tmp_path, caps
 
 
 def test_zero_strength_from_a_cell_trains_the_none_run(one_thread) -> None:
-    """trial.py's ``make_intervention(cell.intervention, **strengths)`` at λ = 0: no hook, no
+    """trial.py's ``make_intervention(spec.condition, **spec.strengths)`` at λ = 0: no hook, no
     extra term, the same weights and losses as the matched ``none`` run, bit for bit."""
     (cell,) = [c for c in preset(*DOSE).cells() if c.strengths == (("lam", 0.0),)]
-    iv = make_intervention(cell.intervention, **dict(cell.strengths))
+    iv = make_intervention(cell.condition, **dict(cell.strengths))
     assert iv.lam == 0.0
     trainer, reports = train(iv)
     assert not iv._handles and iv.extra_loss(trainer.model) is None

@@ -24,6 +24,7 @@ from sweep.cli import (
     existing_path,
     flatten,
     gpu_fraction,
+    local_ray_sizes,
     name_list,
     parser,
     read_text,
@@ -183,11 +184,7 @@ class ExtensionSettings:
         """Each value on its own, named by its flag (``probe_checkpoints`` checks the GPUs against the nodes)."""
         at_least("--actors", self.actors, 1)
         at_least("--max-attempts", self.max_attempts, 1)
-        at_least("--num-cpus", self.num_cpus, 1)
-        at_least("--num-gpus", self.num_gpus, 0)
-        if self.address and (self.num_cpus is not None or self.num_gpus is not None):
-            raise UsageError(f"--num-cpus/--num-gpus size a local Ray; with --address {self.address} the "
-                             "cluster's own resources are used (drop one of them)")
+        local_ray_sizes(self.address, self.num_cpus, self.num_gpus)
         gpu_fraction("--gpus-per-actor", self.gpus_per_actor, None)
 
 
