@@ -193,19 +193,19 @@ def compute_dose_response(layers: pd.DataFrame) -> Computed[DoseResponse]:
     iv = intervention_rows(layers) if not layers.empty else layers
     if iv.empty:
         return Computed(None, {})  # no interventions at all: the section is left out (optional)
-    conds = [c for c in vocab.conditions() if c in set(iv["intervention"]) and c != vocab.CONTROL]
-    conds += sorted(set(iv["intervention"]) - set(vocab.conditions()) - {vocab.CONTROL})
+    conds = [c for c in vocab.conditions() if c in set(iv["condition"]) and c != vocab.CONTROL]
+    conds += sorted(set(iv["condition"]) - set(vocab.conditions()) - {vocab.CONTROL})
     wanted = {c: (vocab.predicted(c) or dict.fromkeys(INTERVENTION_LAYER_METRICS)) for c in conds}
     metrics = sorted({m for ms in wanted.values() for m in ms if m in iv.columns})
     runs = _per_run(iv, metrics)
     missing: dict[str, str] = {}
-    none = runs[runs["intervention"] == vocab.CONTROL].drop_duplicates(KEYS, keep="last")
+    none = runs[runs["condition"] == vocab.CONTROL].drop_duplicates(KEYS, keep="last")
     out, frames = [], []
     for cond in conds:
-        inits = ordered_inits(runs.loc[runs["intervention"] == cond, "init"])
+        inits = ordered_inits(runs.loc[runs["condition"] == cond, "init"])
         inits.sort(key=lambda i: i != vocab.DEFAULT_INIT)  # Table 5's init first
         for init in inits:
-            r = runs[(runs["intervention"] == cond) & (runs["init"] == init)]
+            r = runs[(runs["condition"] == cond) & (runs["init"] == init)]
             settings = {tuple(sorted(s.items())) for s in r["strengths"]}
             if len(settings) < 2:
                 continue  # one strength: Table 5's, not a sweep

@@ -13,7 +13,7 @@ from sweep.store.schema import EPOCH_METRICS, KEYS, LAYER_METRICS, SCHEMAS, run_
 
 def identity(seed: int = 0, depth: int = 2, sweep: str = "baseline") -> dict:
     return {"sweep": sweep, "preset": "tiny", "init": "xavier", "depth": depth, "seed": seed,
-            "intervention": "none", "run_id": run_id(sweep, "tiny", "xavier", depth, seed, "none")}
+            "condition": "none", "run_id": run_id(sweep, "tiny", "xavier", depth, seed, "none")}
 
 
 def layer_rows(epoch: int, seed: int = 0, depth: int = 2, value: float = 1.0) -> list[dict]:
