@@ -1,5 +1,5 @@
 """SPEC §5, §8 dose–response: is a condition's effect monotone in its strength? (The project's
-claim, not the paper's: the paper runs each intervention at one strength.)
+claim, not the paper's: the paper runs each condition at one strength.)
 
 A condition is *swept* when its intervention runs (of one init) hold at least two strength
 settings (``--strengths``, the store's ``strengths`` column; null = the defaults). For each
@@ -266,7 +266,7 @@ def table_spearman(d: DoseResponse) -> pd.DataFrame:
 
 
 def sentences(d: DoseResponse) -> list[str]:
-    out = [f"*This section is the {CLAIM_OWNER}:* the paper runs each intervention at one strength; "
+    out = [f"*This section is the {CLAIM_OWNER}:* the paper runs each condition at one strength; "
            "here a condition swept with `--strengths` is tested for an effect monotone in its strength "
            "(Spearman ρ of Δ = condition − matched `none` run against strength, over every "
            "(strength, seed) pair; 95 % bootstrap interval over whole seeds; the scorecard's verdicts)."]
