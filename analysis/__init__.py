@@ -45,7 +45,7 @@ Conventions
 Shape of ``compute_all(...).stats`` (= stats.json; the fields of each section's result
 dataclass; a section without data is ``None`` and its reason is under ``missing``)::
 
-    provenance      {sweeps: {sweep: {presets, n_runs, inits, depths, seeds, interventions,
+    provenance      {sweeps: {sweep: {presets, n_runs, inits, depths, seeds, conditions,
                      final_epoch: {min, max}, n_layer_rows}}, presets, n_runs, paper_scale,
                      checkpoint_series, checkpoint_revisions, excluded_runs}
     alignment       {initial|final: {init: {mean, sd, n}}, initial_epoch, final_epoch,

@@ -247,12 +247,12 @@ def intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
             claim = f"{cond}: {metric} {arrows[sign]} vs matched none (paired Δ)"
             paper = PAPER_TEXT.get(cid, "confidence 1.00")  # where the paper gives no value, only its confidence
             e = Expect(">" if sign > 0 else "<", 0)
-            sub = pairs[pairs["intervention"] == cond] if pairs is not None and not pairs.empty else None
+            sub = pairs[pairs["condition"] == cond] if pairs is not None and not pairs.empty else None
             if sub is None or sub.empty or sub[f"d_{metric}"].notna().sum() == 0:
                 out.append(Claim(cid, "interventions", claim, paper, e,
                                  reason=f"no {cond} run with a matched none run"))
                 continue
-            x, _ = pivot(sub, "seed", ["intervention"], f"d_{metric}")
+            x, _ = pivot(sub, "seed", ["condition"], f"d_{metric}")
             out.append(Claim(cid, "interventions", claim, paper, e, x, column(0), count_runs(sub)))
     cid, claim = "interventions.val_loss", "final val_loss of the intervention family in the paper's range"
     lo, hi = PAPER_REFERENCE["interventions"]["val_loss_range"]

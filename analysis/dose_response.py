@@ -1,5 +1,5 @@
 """SPEC §5, §8 dose–response: is a condition's effect monotone in its strength? (The project's
-claim, not the paper's: the paper runs each intervention at one strength.)
+claim, not the paper's: the paper runs each condition at one strength.)
 
 A condition is *swept* when its intervention runs (of one init) hold at least two strength
 settings (``--strengths``, the store's ``strengths`` column; null = the defaults). For each
@@ -193,19 +193,19 @@ def compute_dose_response(layers: pd.DataFrame) -> Computed[DoseResponse]:
     iv = intervention_rows(layers) if not layers.empty else layers
     if iv.empty:
         return Computed(None, {})  # no interventions at all: the section is left out (optional)
-    conds = [c for c in vocab.conditions() if c in set(iv["intervention"]) and c != vocab.CONTROL]
-    conds += sorted(set(iv["intervention"]) - set(vocab.conditions()) - {vocab.CONTROL})
+    conds = [c for c in vocab.conditions() if c in set(iv["condition"]) and c != vocab.CONTROL]
+    conds += sorted(set(iv["condition"]) - set(vocab.conditions()) - {vocab.CONTROL})
     wanted = {c: (vocab.predicted(c) or dict.fromkeys(INTERVENTION_LAYER_METRICS)) for c in conds}
     metrics = sorted({m for ms in wanted.values() for m in ms if m in iv.columns})
     runs = _per_run(iv, metrics)
     missing: dict[str, str] = {}
-    none = runs[runs["intervention"] == vocab.CONTROL].drop_duplicates(KEYS, keep="last")
+    none = runs[runs["condition"] == vocab.CONTROL].drop_duplicates(KEYS, keep="last")
     out, frames = [], []
     for cond in conds:
-        inits = ordered_inits(runs.loc[runs["intervention"] == cond, "init"])
+        inits = ordered_inits(runs.loc[runs["condition"] == cond, "init"])
         inits.sort(key=lambda i: i != vocab.DEFAULT_INIT)  # Table 5's init first
         for init in inits:
-            r = runs[(runs["intervention"] == cond) & (runs["init"] == init)]
+            r = runs[(runs["condition"] == cond) & (runs["init"] == init)]
             settings = {tuple(sorted(s.items())) for s in r["strengths"]}
             if len(settings) < 2:
                 continue  # one strength: Table 5's, not a sweep
@@ -266,7 +266,7 @@ def table_spearman(d: DoseResponse) -> pd.DataFrame:
 
 
 def sentences(d: DoseResponse) -> list[str]:
-    out = [f"*This section is the {CLAIM_OWNER}:* the paper runs each intervention at one strength; "
+    out = [f"*This section is the {CLAIM_OWNER}:* the paper runs each condition at one strength; "
            "here a condition swept with `--strengths` is tested for an effect monotone in its strength "
            "(Spearman ρ of Δ = condition − matched `none` run against strength, over every "
            "(strength, seed) pair; 95 % bootstrap interval over whole seeds; the scorecard's verdicts)."]

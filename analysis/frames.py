@@ -18,7 +18,7 @@ RUN_ID_COLS: tuple[str, ...] = (
     "init",
     "depth",
     "seed",
-    "intervention",
+    "condition",
 )
 
 
@@ -39,7 +39,7 @@ def run_strengths(df: pd.DataFrame) -> pd.Series:
     if df.empty:
         return pd.Series([], index=df.index, dtype=object)
     col = df["strengths"] if "strengths" in df else pd.Series(None, index=df.index, dtype=object)
-    keys = pd.MultiIndex.from_arrays([df["intervention"].astype(str), col.astype(object).where(col.notna(), "")])
+    keys = pd.MultiIndex.from_arrays([df["condition"].astype(str), col.astype(object).where(col.notna(), "")])
     cache = {k: (json.loads(k[1]) if k[1] else vocab.default_strengths(k[0])) for k in keys.unique()}
     return pd.Series([cache[k] for k in keys], index=df.index, dtype=object)
 
@@ -51,10 +51,10 @@ def at_default_strengths(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty or "strengths" not in df or df["strengths"].isna().all():
         return df
     given = run_strengths(df)
-    known = df["intervention"].map(lambda c: c in vocab.conditions())
-    default = df["intervention"].map(vocab.default_strengths)
+    known = df["condition"].map(lambda c: c in vocab.conditions())
+    default = df["condition"].map(vocab.default_strengths)
     same = pd.Series([g == d for g, d in zip(given, default, strict=True)], index=df.index, dtype=bool)
-    plain = pd.Series([r.endswith(f".{c}") for r, c in zip(df["run_id"], df["intervention"], strict=True)],
+    plain = pd.Series([r.endswith(f".{c}") for r, c in zip(df["run_id"], df["condition"], strict=True)],
                       index=df.index, dtype=bool)
     return df[df["strengths"].isna() | (known & same) | (~known & plain)]
 

@@ -49,7 +49,7 @@ def intervention_outcomes(layers: pd.DataFrame, epochs: pd.DataFrame) -> pd.Data
         merged = vl.assign(epoch=np.nan, **{m: np.nan for m in INTERVENTION_LAYER_METRICS})
     else:
         merged = per_run.merge(vl, on=id_cols, how="outer")
-    return merged.sort_values(["init", "intervention", "seed"]).reset_index(drop=True)
+    return merged.sort_values(["init", "condition", "seed"]).reset_index(drop=True)
 
 
 def paired_differences(outcomes: pd.DataFrame) -> pd.DataFrame:
@@ -59,7 +59,7 @@ def paired_differences(outcomes: pd.DataFrame) -> pd.DataFrame:
     Runs without a matched ``none`` run are dropped.
     """
     keys = ["preset", "init", "depth", "seed"]
-    none = outcomes[outcomes["intervention"] == vocab.CONTROL][keys + list(INTERVENTION_METRICS)]
+    none = outcomes[outcomes["condition"] == vocab.CONTROL][keys + list(INTERVENTION_METRICS)]
     none = none.drop_duplicates(keys, keep="last")
     m = outcomes.merge(none, on=keys, how="inner", suffixes=("", "__none"))
     for c in INTERVENTION_METRICS:
@@ -119,8 +119,8 @@ class InterventionsResult(Result):
 
 
 def _condition_stats(runs: pd.DataFrame, pairs: pd.DataFrame, cond: str) -> ConditionStats:
-    r = runs[runs["intervention"] == cond]
-    p = pairs[pairs["intervention"] == cond]
+    r = runs[runs["condition"] == cond]
+    p = pairs[pairs["condition"] == cond]
     outcomes = {}
     for mtr in INTERVENTION_METRICS:
         d = Summary.of(r[mtr].astype(float))
@@ -171,8 +171,8 @@ def compute_interventions(layers: pd.DataFrame, epochs: pd.DataFrame) -> Compute
     for init in inits:
         r = runs[runs["init"] == init]
         p = pairs[pairs["init"] == init] if not pairs.empty else pairs
-        conds = [c for c in vocab.conditions() if c in set(r["intervention"])]
-        conds += sorted(set(r["intervention"]) - set(vocab.conditions()))
+        conds = [c for c in vocab.conditions() if c in set(r["condition"])]
+        conds += sorted(set(r["condition"]) - set(vocab.conditions()))
         by_init[init] = {c: _condition_stats(r, p, c) for c in conds}
     main = vocab.DEFAULT_INIT if vocab.DEFAULT_INIT in by_init else inits[0]
     out = InterventionsResult(by_init[main], main, by_init if len(inits) > 1 else None)

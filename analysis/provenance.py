@@ -24,7 +24,7 @@ def provenance(layers: pd.DataFrame, epochs: pd.DataFrame, checkpoints: pd.DataF
             "inits": ordered_inits(ri["init"]),
             "depths": sorted(int(d) for d in ri["depth"].unique()),
             "seeds": sorted(int(s) for s in ri["seed"].unique()),
-            "interventions": sorted(ri["intervention"].unique().tolist()),
+            "conditions": sorted(ri["condition"].unique().tolist()),
             "final_epoch": {
                 "min": int(last.min()) if len(last) else None,
                 "max": int(last.max()) if len(last) else None,

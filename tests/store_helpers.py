@@ -1,19 +1,27 @@
 """Rows and files of the store tests (test_sweep_store_*.py): a tiny run's identity, layer and
-epoch rows as the trainer writes them, a store filled with them, its data files and sorted frames."""
+epoch rows as the trainer writes them, a store filled with them, its data files and sorted frames,
+and ``age``, which turns a store's files into those of a store written before a column rename."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from sweep.store import Store
-from sweep.store.schema import EPOCH_METRICS, KEYS, LAYER_METRICS, SCHEMAS, run_id
+from sweep.store.parquet import parquet_bytes
+from sweep.store.schema import EPOCH_METRICS, KEYS, LAYER_METRICS, SCHEMAS, TABLES, run_id
+
+#: Columns of the current schema under the name stores written before their rename gave them (a
+#: hand copy of the history, not ``sweep.store.schema.RENAMED``, which the tests check).
+OLD_NAMES = {"condition": "intervention"}
 
 
 def identity(seed: int = 0, depth: int = 2, sweep: str = "baseline") -> dict:
     return {"sweep": sweep, "preset": "tiny", "init": "xavier", "depth": depth, "seed": seed,
-            "intervention": "none", "run_id": run_id(sweep, "tiny", "xavier", depth, seed, "none")}
+            "condition": "none", "run_id": run_id(sweep, "tiny", "xavier", depth, seed, "none")}
 
 
 def layer_rows(epoch: int, seed: int = 0, depth: int = 2, value: float = 1.0) -> list[dict]:
@@ -52,3 +60,27 @@ def sorted_frame(df: pd.DataFrame, table: str) -> pd.DataFrame:
 
 def plain(root: Path, table: str) -> pd.DataFrame:
     return sorted_frame(pd.read_parquet(root / table), table)
+
+
+def _files(store: Store, table: str) -> list[pafs.FileInfo]:
+    """``FileInfo`` of every data file of ``table``, compacted ones included."""
+    dirs = store.listing(table)[0].values()
+    return [i for d in dirs for i in d.small.values()] + [d.compacted for d in dirs if d.compacted]
+
+
+def age(store: Store) -> int:
+    """Rewrite every data file of ``store`` in place as an older store wrote it: each column of
+    ``OLD_NAMES`` under its old name, same layout. Returns the number of files rewritten."""
+    n = 0
+    for info in (i for table in TABLES for i in _files(store, table)):
+        data = pq.read_table(info.path, filesystem=store.fs)
+        if OLD_NAMES.keys() & set(data.column_names):
+            renamed = data.rename_columns([OLD_NAMES.get(c, c) for c in data.column_names])
+            store.put(info.path, parquet_bytes(renamed))
+            n += 1
+    return n
+
+
+def columns_on_disk(store: Store, table: str) -> set[str]:
+    """Column names in any data file of ``table`` (what a plain Parquet reader sees)."""
+    return {c for i in _files(store, table) for c in pq.read_schema(i.path, filesystem=store.fs).names}

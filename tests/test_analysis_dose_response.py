@@ -31,7 +31,7 @@ NOISE = {"attn_entropy": 0.005, "logit_std": 0.05, "qk_erank": 0.005}
 def _rows(seed: int, cond: str, strength: float | None, values: dict[str, float], rng) -> list[dict]:
     swept = strength is not None and strength != 0.05
     ident = {"sweep": "interventions", "preset": "demo", "init": "independent_xavier", "depth": 2,
-             "seed": seed, "intervention": cond,
+             "seed": seed, "condition": cond,
              "run_id": run_id("interventions", "demo", "independent_xavier", 2, seed, cond,
                               {"lam": strength} if swept else None),
              "strengths": strengths_json({"lam": strength} if strength is not None else {})}
@@ -60,9 +60,9 @@ def planted() -> pd.DataFrame:
 def by_hand(layers: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Δ per (seed, strength), computed without the module: final layer-mean minus the none run's."""
     final = layers[layers["epoch"] == layers.groupby("run_id")["epoch"].transform("max")]
-    per_run = final.groupby(["run_id", "intervention", "seed", "strengths"])[metric].mean().reset_index()
-    none = per_run[per_run["intervention"] == "none"].set_index("seed")[metric]
-    cond = per_run[per_run["intervention"] == COND].copy()
+    per_run = final.groupby(["run_id", "condition", "seed", "strengths"])[metric].mean().reset_index()
+    none = per_run[per_run["condition"] == "none"].set_index("seed")[metric]
+    cond = per_run[per_run["condition"] == COND].copy()
     cond["strength"] = [json.loads(s)["lam"] for s in cond["strengths"]]
     cond["delta"] = cond[metric] - cond["seed"].map(none)
     return cond[["seed", "strength", "delta"]]
@@ -123,18 +123,18 @@ def test_stats_json_entry(planted) -> None:
 
 
 def test_table5_keeps_the_default_strength_runs_only(planted) -> None:
-    epochs = pd.DataFrame(columns=["sweep", "run_id", "preset", "init", "depth", "seed", "intervention",
+    epochs = pd.DataFrame(columns=["sweep", "run_id", "preset", "init", "depth", "seed", "condition",
                                    "epoch", "val_loss", "status", "strengths"])
     fkc = compute_interventions(planted, epochs).result.conditions[COND]
     assert fkc.n_seeds == len(SEEDS) and fkc.n_pairs == len(SEEDS)
     kept = at_default_strengths(planted)
-    assert set(kept.loc[kept["intervention"] == COND, "strengths"]) == {'{"lam": 0.05}'}
+    assert set(kept.loc[kept["condition"] == COND, "strengths"]) == {'{"lam": 0.05}'}
 
 
 def test_store_without_the_column_is_at_the_defaults(planted) -> None:
     old = planted[planted["run_id"].str.endswith((".none", f".{COND}"))].drop(columns="strengths")
     assert run_strengths(old.assign(strengths=None)).map(len).tolist() == [
-        0 if c == "none" else 1 for c in old["intervention"]]
+        0 if c == "none" else 1 for c in old["condition"]]
     assert len(at_default_strengths(old)) == len(old)
     done = compute_dose_response(old)
     assert done.result is None and done.missing == {}  # nothing swept: nothing to say
@@ -190,5 +190,5 @@ def test_section_without_a_sweep_is_left_out(tmp_path) -> None:
 
 def test_a_sweep_that_cannot_be_analysed_says_why(planted) -> None:
     """Swept, but no matched none run: the section is shown, with the reason."""
-    done = compute_dose_response(planted[planted["intervention"] != "none"])
+    done = compute_dose_response(planted[planted["condition"] != "none"])
     assert done.result is None and "no forced_k_contraction run has a matched none run" in done.missing["dose_response"]

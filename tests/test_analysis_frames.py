@@ -84,7 +84,7 @@ def test_strengths_null_means_the_defaults_and_table5_keeps_the_default_cells():
     df = pd.DataFrame({
         "run_id": ["i.p.x.L2.s1.none", "i.p.x.L2.s1.forced_k_contraction", "i.p.x.L2.s1.forced_k_contraction.lam0",
                    "i.p.x.L2.s1.forced_k_contraction", "i.p.x.L2.s1.plugin_cond", "i.p.x.L2.s1.plugin_cond.mu2"],
-        "intervention": ["none", "forced_k_contraction", "forced_k_contraction", "forced_k_contraction",
+        "condition": ["none", "forced_k_contraction", "forced_k_contraction", "forced_k_contraction",
                          "plugin_cond", "plugin_cond"],
         "strengths": ["{}", '{"lam": 0.05}', '{"lam": 0.0}', None, '{"mu": 1.0}', '{"mu": 2.0}'],
     })

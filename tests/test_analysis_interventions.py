@@ -76,8 +76,8 @@ def test_intervention_means_and_pairing_by_hand(small):
     lay = small["layers"][small["layers"]["sweep"] == "interventions"]
     ep = small["epochs"][small["epochs"]["sweep"] == "interventions"]
     fin = lay[lay["epoch"] == lay["epoch"].max()]
-    per_run = fin.groupby(["intervention", "seed"])["attn_entropy"].mean()
-    vl = ep[ep["epoch"] == ep["epoch"].max()].set_index(["intervention", "seed"])["val_loss"]
+    per_run = fin.groupby(["condition", "seed"])["attn_entropy"].mean()
+    vl = ep[ep["epoch"] == ep["epoch"].max()].set_index(["condition", "seed"])["val_loss"]
     iv = an.stats["interventions"]
     for cond in vocab.conditions():
         vals = per_run.loc[cond]
@@ -117,8 +117,8 @@ def test_interventions_several_inits_and_missing_none():
     lay = tb["layers"]
     tb2 = dict(
         tb,
-        layers=lay[lay["intervention"] != "none"],
-        epochs=tb["epochs"][tb["epochs"]["intervention"] != "none"],
+        layers=lay[lay["condition"] != "none"],
+        epochs=tb["epochs"][tb["epochs"]["condition"] != "none"],
     )
     s = compute_all(tb2).stats
     assert s["interventions"]["freeze_k"]["attn_entropy"]["mean"] is not None

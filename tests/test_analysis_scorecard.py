@@ -32,7 +32,7 @@ def _hand_deltas(tb: dict, cond: str, metric: str) -> np.ndarray:
     """Per seed: final layer-mean of ``metric`` of ``cond`` minus that of ``none`` (raw rows)."""
     lay = tb["layers"][tb["layers"]["sweep"] == "interventions"]
     last = lay[lay["epoch"] == lay["epoch"].max()]
-    means = last.groupby(["intervention", "seed"])[metric].mean()
+    means = last.groupby(["condition", "seed"])[metric].mean()
     return (means.loc[cond] - means.loc["none"]).sort_index().to_numpy()
 
 

@@ -10,7 +10,8 @@ from metrics.columns import CHECKPOINT_METRICS, CHECKPOINT_PROBE_ROW, LAYER_METR
 
 #: sha256 of each table's serialized Arrow schema before the vocabulary moved out of
 #: sweep/store/schema.py (commit 8e57fe5): the move changed no name, type or order. The one
-#: column added since, ``strengths`` (dose–response, SPEC §6), is taken out before comparing.
+#: column added since, ``strengths`` (dose–response, SPEC §6), is taken out before comparing, and
+#: the one renamed since, ``condition``, gets back its old name ``intervention``.
 SCHEMA_SHA256 = {
     "layers": "8ed34516532a7549045df15973d5a783266cbbfa97d65aea3d5369b443e12e35",
     "epochs": "9104aa8aee43ff26569a3d89f21eaac74edbd255975996c30a61fe3f7029333e",
@@ -23,7 +24,9 @@ def test_schemas_byte_identical_to_before_the_move() -> None:
 
     def before(schema):
         i = schema.get_field_index("strengths")
-        return schema if i < 0 else schema.remove(i)
+        schema = schema if i < 0 else schema.remove(i)
+        i = schema.get_field_index("condition")
+        return schema if i < 0 else schema.set(i, schema.field(i).with_name("intervention"))
 
     got = {t: hashlib.sha256(before(s).serialize().to_pybytes()).hexdigest() for t, s in SCHEMAS.items()}
     assert got == SCHEMA_SHA256

@@ -190,8 +190,8 @@ def test_probe_rows_carry_per_head_alignment_that_the_store_keeps(tmp_path) -> N
         assert row["qk_alignment_head"] == pytest.approx(_hand_head_alignment(wq, wk, block.attn.n_head), rel=1e-6)
         assert np.mean(row["qk_alignment_head"]) == pytest.approx(row["qk_alignment"], rel=1e-6)
     ident = {"sweep": "baseline", "preset": "smoke", "init": "qk_identical", "depth": len(rows), "seed": 1,
-             "intervention": "none"}
-    ident["run_id"] = run_id(*(ident[k] for k in ("sweep", "preset", "init", "depth", "seed", "intervention")))
+             "condition": "none"}
+    ident["run_id"] = run_id(*(ident[k] for k in ("sweep", "preset", "init", "depth", "seed", "condition")))
     store = Store(str(tmp_path))
     store.write_layers([{**ident, "epoch": 0, **row, "grad_norm_q": None, "grad_norm_k": None} for row in rows])
     back = store.read("layers")

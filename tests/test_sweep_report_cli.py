@@ -282,7 +282,7 @@ def test_default_report_keeps_presets_apart(two_presets, tmp_path, capsys):
             assert d["n"] == per_init[init], (p, init)  # n counts this preset's runs only
         assert one["provenance"]["presets"] == [p]
         assert one["slopes"]["pooled"]["pr_k"]["n"] == base.groupby(["init", "depth", "layer"]).ngroups
-        iv = lay[(lay["sweep"] == "interventions") & (lay["intervention"] == "freeze_k")]
+        iv = lay[(lay["sweep"] == "interventions") & (lay["condition"] == "freeze_k")]
         assert one["interventions"]["freeze_k"]["n_seeds"] == iv["run_id"].nunique()
         card = [r for r in s["scorecard"] if r["preset"] == p]
         assert card and {r["n"] for r in card if r["section"] == "alignment" and r["n"]} == {

@@ -8,7 +8,7 @@ import pandas as pd
 import pyarrow.fs as pafs
 import pytest
 import s3_server
-from store_helpers import fill, layer_rows
+from store_helpers import age, columns_on_disk, fill, layer_rows
 
 from sweep.store import Store, StoreError, compact, validate
 
@@ -55,6 +55,19 @@ def test_validate_and_compact_on_s3(s3_endpoint: str) -> None:
     after = store.read("layers")
     assert len(after) == len(before) and after.loc[after["epoch"] == 1, "pr_q"].tolist()[:1] == [5.1]
     assert validate(store).ok
+
+
+def test_old_store_on_s3_reads_validates_and_compacts_to_condition(s3_endpoint: str) -> None:
+    bucket = s3_server.create_bucket(s3_endpoint)
+    store = Store(f"s3://{bucket}/old")
+    fill(store, seeds=1, epochs=2)
+    before = store.read("layers")
+    assert age(store) == 4 and "intervention" in columns_on_disk(store, "layers")
+    pd.testing.assert_frame_equal(store.read("layers"), before)  # read as ``condition``
+    assert validate(store).ok
+    compact(store)
+    assert "condition" in columns_on_disk(store, "layers") and "intervention" not in columns_on_disk(store, "layers")
+    pd.testing.assert_frame_equal(store.read("layers"), before)
 
 
 def test_missing_bucket_is_a_store_error(s3_endpoint: str) -> None:

@@ -16,7 +16,7 @@ from sweep.store.schema import (
     strengths_json,
 )
 
-IDENTITY = ["sweep", "run_id", "preset", "init", "depth", "seed", "intervention"]
+IDENTITY = ["sweep", "run_id", "preset", "init", "depth", "seed", "condition"]
 #: SPEC §4.1's per-layer columns, in the probe's order (a hand copy, not an import).
 SPEC_LAYER_METRICS = ["pr_q", "pr_k", "pr_q_minus_pr_k", "qk_erank", "attn_entropy", "attn_top1",
                       "attn_erank", "logit_std", "wq_erank", "wk_erank", "wq_erank_head",

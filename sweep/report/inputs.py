@@ -60,5 +60,5 @@ def skipped_file(base: str, path: str, error: str) -> dict:
 def unknown_names(tables: dict[str, pd.DataFrame]) -> dict[str, list[str]]:
     """Regime and condition names in the store that no registry knows (a plugin not loaded)."""
     runs = [t for t in (tables.get("layers"), tables.get("epochs")) if t is not None and not t.empty]
-    seen = {c: [v for t in runs if c in t for v in t[c].unique()] for c in ("init", "intervention")}
-    return vocab.unknown_names(seen["init"], seen["intervention"])
+    seen = {c: [v for t in runs if c in t for v in t[c].unique()] for c in ("init", "condition")}
+    return vocab.unknown_names(seen["init"], seen["condition"])

@@ -24,7 +24,7 @@ def _provenance_md(s: dict) -> list[str]:
             f"- **{sweep}**: {d['n_runs']} runs, preset(s) {', '.join(d['presets'])}; inits "
             f"{', '.join(d['inits'])}; depths {', '.join(map(str, d['depths']))}; "
             f"seeds {', '.join(map(str, d['seeds']))}; "
-            f"conditions {', '.join(d['interventions'])}; final epoch used "
+            f"conditions {', '.join(d['conditions'])}; final epoch used "
             f"{fe_txt} (each run's last logged epoch)."
         )
     if pv["checkpoint_series"]:

@@ -1,7 +1,9 @@
 """``compact``: merge a directory's per-epoch files into one, never racing a writing sweep (``sweep_lock``).
 
 Compaction merges the per-epoch files of one directory (a run, or a checkpoint
-series) into ``{dir}/compacted.parquet``, then deletes the files it merged.
+series) into ``{dir}/compacted.parquet``, then deletes the files it merged. It
+writes the current column names, and also rewrites a directory whose compacted
+file still holds a column under its name from before a rename (``RENAMED``).
 Why no row is ever lost or shown twice through ``Store.read`` (the reducer's
 path), given the reader's precedence rule (a compacted row is shadowed when its
 own per-epoch file exists, readable, in the same directory):
@@ -36,16 +38,20 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
 from sweep.store.locks import locks
 from sweep.store.parquet import (
     COMPACTED,
+    READ_ERRORS,
     STALE_AFTER_S,
     DirListing,
     Store,
     StoreError,
     parquet_bytes,
 )
-from sweep.store.schema import TABLES
+from sweep.store.schema import RENAMED, TABLES
 
 
 @dataclass
@@ -86,9 +92,22 @@ def compact(store: Store, table: str | None = None, force: bool = False,
                          "Wait for it, or pass --force (force=True) if it is dead.")
     for t, (dirs, _) in listings.items():
         for d in dirs.values():
-            if d.small and d.path != store.table_dir(t):  # stray files at the table's top stay
+            if d.path == store.table_dir(t):
+                continue  # stray files at the table's top stay
+            if d.small or _old_names(store, d.compacted):
                 _compact_dir(store, t, d, report)
     return report
+
+
+def _old_names(store: Store, info: pafs.FileInfo | None) -> bool:
+    """Whether a compacted file holds a column under its name from before a rename (``RENAMED``)."""
+    if info is None:
+        return False
+    try:
+        names = pq.read_schema(info.path, filesystem=store.fs).names
+    except READ_ERRORS:
+        return False  # unreadable: compaction would not rewrite it anyway
+    return any(old in names for old in RENAMED.values())
 
 
 def _compact_dir(store: Store, table: str, d: DirListing, report: CompactionReport) -> None:

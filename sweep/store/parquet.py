@@ -13,7 +13,9 @@ directory holds ``=``, so pandas infers no partitions::
 Names are made path-safe by ``safe_name``. Writes are atomic (temporary
 ``.name.inprogress`` then rename on file systems; one object PUT on object
 stores) and idempotent (a rewrite replaces its file). Readers skip names that
-start with ``.`` or ``_``, and skip unreadable files with a warning.
+start with ``.`` or ``_``, and skip unreadable files with a warning. A file of an
+older store reads as the current schema: a column added since is null, a column
+renamed since (``RENAMED``) reads under its new name (``Store._read_files``).
 
 Precedence rule: a row of ``compacted.parquet`` is *shadowed* (not read) when its
 own per-epoch file exists, readable, in the same directory. So a rewrite after
@@ -34,11 +36,12 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from sweep.store.schema import KEYS, SCHEMA_VERSION, SCHEMAS, TABLES
+from sweep.store.schema import KEYS, RENAMED, SCHEMA_VERSION, SCHEMAS, TABLES
 
 COMPACTED = "compacted.parquet"
 #: Per table, the column naming a file's directory and the column naming the file in it.
@@ -226,7 +229,7 @@ class Store:
         if info.type != pafs.FileType.File:
             return
         try:
-            old = self._dataset([info], SCHEMAS[table]).to_table()
+            old = self._read_files([info], SCHEMAS[table])
         except READ_ERRORS as exc:
             warnings.warn(f"cannot update {path}: {exc}", stacklevel=3)
             return
@@ -237,10 +240,19 @@ class Store:
             self.put(path, parquet_bytes(kept))
 
     # --- reading -----------------------------------------------------------------
-    def _dataset(self, infos: list[pafs.FileInfo], schema: pa.Schema) -> ds.Dataset:
+    def _read_files(self, infos: list[pafs.FileInfo], schema: pa.Schema, columns: list[str] | None = None,
+                   filt: ds.Expression | None = None) -> pa.Table:
+        """``columns`` (default: all) of the files' rows as one table of ``schema``'s types.
+
+        The one place older files are mapped to the current schema: a column a file lacks is null,
+        and a renamed column (``RENAMED``) is read from its older name where the new one is absent.
+        """
+        cols = list(columns) if columns else list(schema.names)
         fmt = ds.ParquetFileFormat()
         frags = [fmt.make_fragment(i.path, filesystem=self.fs, file_size=i.size) for i in infos]
-        return ds.FileSystemDataset(frags, schema=schema, format=fmt, filesystem=self.fs)
+        data = ds.FileSystemDataset(frags, schema=_with_old_names(schema), format=fmt, filesystem=self.fs)
+        proj = {c: pc.coalesce(ds.field(c), ds.field(RENAMED[c])) if c in RENAMED else ds.field(c) for c in cols}
+        return data.to_table(columns=proj, filter=filt).cast(pa.schema([schema.field(c) for c in cols]))
 
     def _scan_files(self, infos: list[pafs.FileInfo], schema: pa.Schema, columns: list[str],
                     filt: ds.Expression | None) -> tuple[pa.Table, list[tuple[str, str]]]:
@@ -248,12 +260,12 @@ class Store:
         parts, bad = [schema.empty_table().select(columns)], []
         if infos:
             try:
-                return self._dataset(infos, schema).to_table(columns=columns, filter=filt), []
+                return self._read_files(infos, schema, columns, filt), []
             except READ_ERRORS:
                 pass
         for info in infos:
             try:
-                parts.append(self._dataset([info], schema).to_table(columns=columns, filter=filt))
+                parts.append(self._read_files([info], schema, columns, filt))
             except READ_ERRORS as exc:
                 bad.append((info.path, str(exc)))
         return pa.concat_tables(parts), bad
@@ -338,6 +350,13 @@ class Store:
             raise StoreError(f"store {self.root} is not writable: {exc}") from exc
         if echoed != payload:
             raise StoreError(f"store {self.root}: a probe written under the root read back differently")
+
+
+def _with_old_names(schema: pa.Schema) -> pa.Schema:
+    """``schema`` plus, for each of its renamed columns, a nullable field of the older name."""
+    old = [pa.field(RENAMED[f.name], f.type) for f in schema if f.name in RENAMED]
+    return pa.schema([*schema, *old])
+
 
 def _reopen(root: str, options: dict) -> Store:
     return Store(root, **options)

@@ -3,7 +3,8 @@
 The column names and their order come from ``metrics.columns`` (no Ray, no
 Arrow there), which ``metrics/`` reads too. Every writer and reader uses these, so an all-null column keeps its type and
 two runs written months apart concatenate cleanly. Bump ``SCHEMA_VERSION``
-when a column changes meaning; add columns at the end.
+when a column changes meaning; add columns at the end; a renamed column goes in
+``RENAMED``, so older files read under the new name.
 """
 
 from __future__ import annotations
@@ -36,8 +37,12 @@ RUN_IDENTITY: list[pa.Field] = [
     pa.field("init", pa.string(), nullable=False),
     pa.field("depth", pa.int32(), nullable=False),
     pa.field("seed", pa.int64(), nullable=False),
-    pa.field("intervention", pa.string(), nullable=False),
+    pa.field("condition", pa.string(), nullable=False),  # ``intervention`` in older stores (RENAMED)
 ]
+
+#: Columns renamed since stores were first written: name -> the name older files hold it under. The
+#: store reads such a file's column under the new name (``sweep.store.parquet``); writers use only the new.
+RENAMED: dict[str, str] = {"condition": "intervention"}
 
 #: Run status values: ``running`` while epochs remain, then ``completed`` or ``diverged``.
 STATUSES = ("running", "completed", "diverged")
@@ -111,7 +116,7 @@ def _number(v: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def run_id(sweep: str, preset: str, init: str, depth: int, seed: int, intervention: str,
+def run_id(sweep: str, preset: str, init: str, depth: int, seed: int, condition: str,
            strengths: Mapping[str, float] | None = None) -> str:
     """A run's identity as one readable, path-safe string.
 
@@ -119,7 +124,7 @@ def run_id(sweep: str, preset: str, init: str, depth: int, seed: int, interventi
     given only for a cell away from its condition's defaults (SPEC §5 dose–response): its fields,
     sorted, are appended as ``.lam0.2`` (``_`` between fields); at the defaults the id is unchanged.
     """
-    base = f"{sweep}.{preset}.{init}.L{depth}.s{seed}.{intervention}"
+    base = f"{sweep}.{preset}.{init}.L{depth}.s{seed}.{condition}"
     if not strengths:
         return base
     bad = [k for k, v in strengths.items() if not math.isfinite(float(v))]

@@ -30,15 +30,15 @@ def _conform(df: pd.DataFrame, table: str) -> pd.DataFrame:
     return pa.Table.from_pandas(df.assign(**absent), schema=SCHEMAS[table], preserve_index=False).to_pandas()
 
 
-def _identity(sweep, preset, init, depth, seed, intervention) -> dict:
+def _identity(sweep, preset, init, depth, seed, condition) -> dict:
     return {
         "sweep": sweep,
-        "run_id": run_id(sweep, preset, init, depth, seed, intervention),
+        "run_id": run_id(sweep, preset, init, depth, seed, condition),
         "preset": preset,
         "init": init,
         "depth": depth,
         "seed": seed,
-        "intervention": intervention,
+        "condition": condition,
     }
 
 
