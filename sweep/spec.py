@@ -56,9 +56,7 @@ class RunIdentity:
 
     def row(self) -> dict[str, Any]:
         """The identity columns, by the store's names."""
-        values = asdict(self)
-        values["intervention"] = values.pop("condition")
-        return values
+        return asdict(self)
 
 
 @dataclass(frozen=True)

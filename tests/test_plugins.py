@@ -106,7 +106,7 @@ def test_report_on_unknown_names_lists_them(tmp_path):
     for t in ("layers", "epochs"):
         df = tables[t]
         df["init"] = df["init"].replace(DEFAULT_INIT, "someones_regime")
-        df["intervention"] = df["intervention"].replace("freeze_q", "someones_condition")
+        df["condition"] = df["condition"].replace("freeze_q", "someones_condition")
     s = report.build_report(tables, tmp_path)
     assert s["unknown_names"] == {"inits": ["someones_regime"], "conditions": ["someones_condition"]}
     md = (tmp_path / "report.md").read_text()
@@ -161,7 +161,7 @@ def test_plugin_in_ray_workers_baseline_interventions_report(local_ray, registri
     store = Store(str(tmp_path / "store"))
     ly = store.read("layers")
     assert set(ly["init"]) == {"plugin_half_copy", DEFAULT_INIT}
-    assert set(ly["intervention"]) == {"none", "plugin_freeze_v"}
+    assert set(ly["condition"]) == {"none", "plugin_freeze_v"}
     report.main(["--store", str(tmp_path / "store"), "--out", str(tmp_path / "out"), "--no-figures", *plugin])
     md = Path(tmp_path / "out" / "report.md").read_text()
     assert "Plugin Half Copy" in md and "Plugin: freeze V" in md and "unknown names" not in md

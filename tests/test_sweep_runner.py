@@ -289,8 +289,8 @@ def test_interventions_smoke(local_ray, tmp_path):
     ep, ly = assert_store_complete(store, runs=6, epochs=smoke.train.epochs,
                                    layer_rows=6 * 1 * (smoke.train.epochs + 1) * depth)
     assert set(ly["sweep"]) == {"interventions"} and set(ep["sweep"]) == {"interventions"}
-    assert set(ly["intervention"]) == set(ALL_CONDITIONS)
-    assert ly.groupby("intervention").size().to_dict() == {c: (smoke.train.epochs + 1) * depth for c in ALL_CONDITIONS}
+    assert set(ly["condition"]) == set(ALL_CONDITIONS)
+    assert ly.groupby("condition").size().to_dict() == {c: (smoke.train.epochs + 1) * depth for c in ALL_CONDITIONS}
     assert set(ly["seed"]) == {smoke.seeds[0]}
     assert store.read("layers", sweep="baseline").empty
 
@@ -309,15 +309,15 @@ def test_dose_response_sweep_writes_one_cell_per_strength(local_ray, tmp_path):
                                                           "forced_k_contraction.lam0", "forced_k_contraction.lam0.2")}
     assert set(ep["run_id"]) == ids  # λ = 0.05 is the default: the run id of every earlier store
     for table in (ep, ly):
-        got = table.groupby(["intervention", "strengths"]).size().to_dict()
+        got = table.groupby(["condition", "strengths"]).size().to_dict()
         per_run = len(table) // 8
         assert got == {("none", "{}"): 2 * per_run, ("forced_k_contraction", '{"lam": 0.0}'): 2 * per_run,
                        ("forced_k_contraction", '{"lam": 0.05}'): 2 * per_run,
                        ("forced_k_contraction", '{"lam": 0.2}'): 2 * per_run}
-    metrics = [c for c in ly.columns if c not in ("run_id", "intervention", "strengths", "schema_version")]
+    metrics = [c for c in ly.columns if c not in ("run_id", "condition", "strengths", "schema_version")]
     key = ["seed", "epoch", "layer"]
     zero = ly[ly["strengths"] == '{"lam": 0.0}'].sort_values(key)[metrics].reset_index(drop=True)
-    none = ly[ly["intervention"] == "none"].sort_values(key)[metrics].reset_index(drop=True)
+    none = ly[ly["condition"] == "none"].sort_values(key)[metrics].reset_index(drop=True)
     pd.testing.assert_frame_equal(zero, none)  # bit-identical, every measured column
     strong = ly[ly["strengths"] == '{"lam": 0.2}'].sort_values(key)[metrics].reset_index(drop=True)
     assert not strong[strong["epoch"] == 1]["pr_k"].equals(none[none["epoch"] == 1]["pr_k"])

@@ -150,6 +150,8 @@ def test_other_versions_are_refused_naming_the_version() -> None:
 
 
 def test_run_identity_row_is_the_store_identity() -> None:
+    """The row's keys are exactly the store's run identity columns, and ``strengths``."""
+    from sweep.store.schema import RUN_IDENTITY
+
     cell = BASELINE_PRESETS["smoke"].cells()[0]
-    assert RunIdentity(**cell.identity()).row().keys() >= {"sweep", "run_id", "preset", "init", "depth", "seed",
-                                                           "strengths"}
+    assert list(RunIdentity(**cell.identity()).row()) == [f.name for f in RUN_IDENTITY] + ["strengths"]
