@@ -53,8 +53,7 @@ from metrics.columns import CHECKPOINT_PROBE_ROW
 from metrics.hf_arch import SUPPORTED_MODEL_TYPES, adapter_for
 from metrics.spectra import participation_ratio
 
-__all__ = ["CAPTURE_IMPLEMENTATION", "PROBE_DTYPE", "SUPPORTED_MODEL_TYPES", "LayerTrace", "probe_hf_model",
-           "trace_hf_model"]
+__all__ = ["CAPTURE_IMPLEMENTATION", "PROBE_DTYPE", "SUPPORTED_MODEL_TYPES", "probe_hf_model"]
 
 CAPTURE_IMPLEMENTATION = "qkgeom_capture"
 
@@ -62,19 +61,6 @@ CAPTURE_IMPLEMENTATION = "qkgeom_capture"
 PROBE_DTYPE = torch.float32
 
 _TAP_ATTR = "_qkgeom_tap"
-
-
-@dataclass
-class LayerTrace:
-    """What one layer produced in the probe pass.
-
-    q: [B, T, H·d_head] pre-rotary query projection; k: [B, T, H_kv·d_head];
-    scores: [B, H, T, T] float32, post-rotary, scaled, before the mask.
-    """
-
-    q: Tensor | None = None
-    k: Tensor | None = None
-    scores: Tensor | None = None
 
 
 @dataclass
@@ -192,20 +178,6 @@ def _forward(model: nn.Module, input_ids: Tensor) -> None:
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, T], got {tuple(input_ids.shape)}")
     model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), use_cache=False)
-
-
-@torch.no_grad()
-def trace_hf_model(model: nn.Module, input_ids: Tensor) -> list[LayerTrace]:
-    """Raw per-layer tensors (see ``LayerTrace``) of one probe pass. input_ids: [B, T]."""
-    traces: list[LayerTrace] = []
-
-    def emit(layer: int, name: str, x: Tensor) -> None:
-        setattr(traces[layer], name, x)
-
-    with _tapped(model, emit) as n_layers:
-        traces.extend(LayerTrace() for _ in range(n_layers))
-        _forward(model, input_ids)
-    return traces
 
 
 @torch.no_grad()

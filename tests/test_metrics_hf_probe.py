@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import torch
 import transformers as tf
+from hf_trace_helpers import trace_hf_model
 
 from metrics.hf_arch import UnsupportedArchitecture, tiny_config
-from metrics.hf_probe import SUPPORTED_MODEL_TYPES, probe_hf_model, trace_hf_model
+from metrics.hf_probe import SUPPORTED_MODEL_TYPES, probe_hf_model
 
 D, H, T, B, V = 32, 4, 16, 3, 100
 D_HEAD = D // H
