@@ -9,7 +9,6 @@ returning per-layer traces and ``blocks[i].attn.{q_proj,k_proj}``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import cache
 from importlib import import_module
 from typing import Any
 
@@ -22,9 +21,8 @@ from metrics.columns import PER_HEAD, LayerMetric
 Value = float | list[float]
 
 
-@cache
 def resolve(path: str) -> Callable[..., Any]:
-    """The function a ``LayerMetric.compute`` names (``"module:function"``)."""
+    """The function a ``LayerMetric.compute`` names (``"module:function"``), looked up on each call."""
     module, _, name = path.partition(":")
     return getattr(import_module(module), name)
 
@@ -54,15 +52,15 @@ def layer_columns(metrics: Sequence[LayerMetric], inputs: Mapping[str, Any]) -> 
     return row
 
 
-def side(name: str) -> tuple[LayerMetric, ...]:
-    """The vocabulary's entries of one side (``"activation"`` or ``"weight"``), read at call time."""
-    return tuple(m for m in columns.LAYER_COLUMNS if m.side == name)
+def entries(side: str) -> tuple[LayerMetric, ...]:
+    """The vocabulary's entries of one ``side`` (``"activation"`` or ``"weight"``), read at call time."""
+    return tuple(m for m in columns.LAYER_COLUMNS if m.side == side)
 
 
 def activation_columns(q: Tensor, k: Tensor, scores: Tensor) -> dict[str, Value]:
     """Activation-side columns of one layer. q: [B, T, H·d_head]; k: [B, T, H_kv·d_head]
     (heads concatenated); scores: [B, H, T, T] unmasked."""
-    return layer_columns(side("activation"), {"q": q, "k": k, "scores": scores})
+    return layer_columns(entries("activation"), {"q": q, "k": k, "scores": scores})
 
 
 def weight_columns(wq: Tensor, wk: Tensor, n_head: int) -> dict[str, Value]:
@@ -70,7 +68,7 @@ def weight_columns(wq: Tensor, wk: Tensor, n_head: int) -> dict[str, Value]:
 
     ``qk_alignment_head`` is a list of n_head floats (head h: rows h*d_head:(h+1)*d_head).
     """
-    return layer_columns(side("weight"), {"wq": wq, "wk": wk, "n_head": n_head})
+    return layer_columns(entries("weight"), {"wq": wq, "wk": wk, "n_head": n_head})
 
 
 @torch.no_grad()

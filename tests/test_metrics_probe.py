@@ -177,7 +177,6 @@ def test_rows_are_bit_identical_to_the_hand_written_columns() -> None:
 def test_a_shared_function_runs_once_per_layer(monkeypatch) -> None:
     """attention_stats fills five columns from one call; each layer calls it once."""
     import metrics.attention
-    from metrics import probe
 
     calls = []
     real = metrics.attention.attention_stats
@@ -187,11 +186,7 @@ def test_a_shared_function_runs_once_per_layer(monkeypatch) -> None:
         return real(scores)
 
     monkeypatch.setattr(metrics.attention, "attention_stats", counted)
-    probe.resolve.cache_clear()
-    try:
-        rows = probe_layers(tiny_model(), tokens())
-    finally:
-        probe.resolve.cache_clear()
+    rows = probe_layers(tiny_model(), tokens())
     assert len(calls) == len(rows) == 2
 
 
