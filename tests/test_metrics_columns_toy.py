@@ -127,6 +127,27 @@ def test_a_toy_metric_reaches_the_rows_the_store_and_the_report(tmp_path: Path) 
     assert TOY.name in md.split("## Per-layer metrics")[1]
 
 
+def test_the_checkpoint_probe_measures_the_toy_activation_metric() -> None:
+    """probe_hf_model emits the activation side's float columns: the toy too (grouped-query K here),
+    the weight-side per-head toy not."""
+    import transformers as tf
+    from hf_trace_helpers import trace_hf_model
+
+    from metrics.hf_arch import tiny_config
+    from metrics.hf_probe import probe_hf_model
+
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(tiny_config("llama")).eval()
+    ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(1))
+    with toy_vocabulary():
+        rows = probe_hf_model(model, ids)
+    for row, tr in zip(rows, trace_hf_model(model, ids), strict=True):
+        assert list(row)[-2:] == [TOY.name, "dtype"] and TOY_HEAD.name not in row
+        q, k = tr.q.double().numpy(), tr.k.double().numpy()
+        assert k.shape[-1] < q.shape[-1]
+        assert row[TOY.name] == pytest.approx(float(np.abs(q).mean() / np.abs(k).mean()), rel=1e-12)
+
+
 def test_an_older_store_without_the_toy_column_still_reads(tmp_path: Path) -> None:
     with toy_vocabulary(schema=False):
         _, reports = train()
