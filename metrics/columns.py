@@ -4,9 +4,9 @@ column is computed; no torch, no Ray, no Arrow.
 ``LAYER_COLUMNS`` is the one place a per-layer metric is declared: its column name, the
 inputs it reads, the ``"module:function"`` that computes it (imported only when a probe
 runs), its kind and its meaning. ``metrics.probe`` (the trainer's probe),
-``metrics.hf_probe`` (the checkpoint probe, activation side only) and
-``sweep.store.schema`` (the Arrow schemas) all iterate over it, so a new per-layer metric
-is its function in ``metrics/`` plus one ``LayerMetric`` here. The other tuples name
+``metrics.hf_probe`` (the checkpoint probe, activation side only), ``sweep.store.schema``
+(the Arrow schemas) and the report (``analysis.layer_metrics``) all iterate over it, so a
+new per-layer metric is its function in ``metrics/`` plus one ``LayerMetric`` here. The other tuples name
 float64 columns of the table that lists them; ``sweep.store.schema`` adds the identity,
 key and status columns.
 """

@@ -5,8 +5,8 @@ The column names, their order and the per-layer metrics' kinds come from
 writer and reader uses these, so an all-null column keeps its type and two runs
 written months apart concatenate cleanly: the store reads by name, and a column
 missing from an older file reads as null. Bump ``SCHEMA_VERSION`` when a column
-changes meaning; add run-level columns at the end (a per-layer metric takes its
-place in ``metrics.columns.LAYER_COLUMNS``).
+changes meaning; add columns at the end, except a per-layer metric: its column
+follows the other metrics of its kind (``layers_schema``).
 """
 
 from __future__ import annotations
