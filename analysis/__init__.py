@@ -3,7 +3,8 @@
 One module per idea: ``primitives`` (generic statistics, typed leaves, the one NaN -> null
 conversion), ``frames`` (which rows count, finals, slopes), ``section`` (the ``Section`` a
 statistic is, and ``Analysis``), one module per §8 section (``alignment``, ``slopes``,
-``categories``, ``bridge``, ``interventions``, ``dose_response`` (SPEC §5), ``checkpoints``:
+``categories``, ``bridge``, ``interventions``, ``dose_response`` (SPEC §5), ``checkpoints``,
+``layer_metrics`` (every per-layer column of ``metrics.columns``):
 each its typed result, compute, tables, sentences, heading, figure names and scorecard
 claims), ``compute`` (the section registry, ``register_section``, and ``compute_all``),
 ``provenance``, ``claims`` and ``scorecard``, ``reference`` (the paper's values) and ``vocabulary`` (names from the registries).
@@ -71,6 +72,9 @@ dataclass; a section without data is ``None`` and its reason is under ``missing`
     checkpoints     {series: {name: {n_revisions, slope_pr_q_minus_pr_k, link_recurs,
                      r_pr_k__qk_erank, r_qk_erank__attn_entropy, n_rows}},
                      positive_series, n_fitted_series, link_recurs_series[, failed_revisions]}
+    layer_metrics   {final_epoch: {min, max}, by_init: {init: {metric: {mean, sd, n}}},
+                     by_layer: {init: {depth: {layer: {n_runs, metric...}}}},
+                     by_head: {init: {per-head metric: [mean per head]}}}   every vocabulary column
     missing         {section[.part]: reason}
     notes           [str]
     reference       PAPER_REFERENCE (SPEC §9 and the paper's Appendix A)

@@ -14,15 +14,16 @@ from analysis.checkpoints import SECTION as CHECKPOINTS
 from analysis.dose_response import SECTION as DOSE_RESPONSE
 from analysis.frames import RUN_ID_COLS, baseline, diverged_runs, incomplete_runs
 from analysis.interventions import SECTION as INTERVENTIONS
+from analysis.layer_metrics import SECTION as LAYER_METRICS
 from analysis.provenance import provenance
 from analysis.section import Analysis, Inputs, Section
 from analysis.slopes import SECTION as SLOPES
 
 __all__ = ["SECTIONS", "Analysis", "compute_all", "register_section", "sections"]
 
-#: The SPEC §8 sections (and §5's dose–response), in report order.
+#: The SPEC §8 sections (and §5's dose–response), then every per-layer metric's final means, in report order.
 BUILTIN_SECTIONS: tuple[Section, ...] = (ALIGNMENT, SLOPES, CATEGORIES, BRIDGE, INTERVENTIONS, DOSE_RESPONSE,
-                                         CHECKPOINTS)
+                                         CHECKPOINTS, LAYER_METRICS)
 #: Their names (the stats.json keys every report has: None, with a reason under ``missing``, without data).
 SECTIONS: tuple[str, ...] = tuple(s.name for s in BUILTIN_SECTIONS)
 

@@ -1,46 +1,113 @@
-"""The store's column vocabulary (SPEC §4.1, §6, §7): names and order, no Ray, no Arrow.
+"""The store's column vocabulary (SPEC §4.1, §6, §7): names, order and how each per-layer
+column is computed; no torch, no Ray, no Arrow.
 
-``metrics/`` (the trainer's layer probe, the checkpoint probe) and
-``sweep/store/schema.py`` (the Arrow schemas) all read these tuples, so a new
-per-layer metric is its function in ``metrics/`` plus its name here. Every
-name below is a float64 column of the table that lists it unless said
-otherwise; ``sweep.store.schema`` adds the identity, key and status columns.
+``LAYER_COLUMNS`` is the one place a per-layer metric is declared: its column name, the
+inputs it reads, the ``"module:function"`` that computes it (imported only when a probe
+runs), its kind and its meaning. ``metrics.probe`` (the trainer's probe),
+``metrics.hf_probe`` (the checkpoint probe, activation side only), ``sweep.store.schema``
+(the Arrow schemas) and the report (``analysis.layer_metrics``) all iterate over it, so a
+new per-layer metric is its function in ``metrics/`` plus one ``LayerMetric`` here. The other tuples name
+float64 columns of the table that lists them; ``sweep.store.schema`` adds the identity,
+key and status columns.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
+#: Inputs of an activation-side metric, one layer of the probe batch: ``q`` [B, T, H·d_head]
+#: and ``k`` [B, T, H_kv·d_head] (projection outputs, heads concatenated, before rotary;
+#: H_kv = H except in a grouped-query checkpoint), ``scores`` [B, H, T, T] (q·kᵀ·scale, unmasked).
+ACTIVATION_INPUTS: tuple[str, ...] = ("q", "k", "scores")
+#: Inputs of a weight-side metric: ``wq``, ``wk`` [d_model, d_model] ([out, in]; head h owns
+#: rows h*d_head:(h+1)*d_head) and ``n_head`` (int).
+WEIGHT_INPUTS: tuple[str, ...] = ("wq", "wk", "n_head")
+
+FLOAT = "float64"
+PER_HEAD = "list<float64>"
+
+
+@dataclass(frozen=True)
+class LayerMetric:
+    """One per-layer column and how it is computed.
+
+    ``compute(*inputs)`` returns the value (a float or a 0-d tensor; for ``PER_HEAD`` a
+    sequence or a [n_head] tensor) or a mapping holding it under ``name``: entries naming
+    the same function and inputs share one call per layer (``attention_stats`` fills five
+    columns). An input is one of its side's tensors or an earlier column of the same side.
+    """
+
+    name: str
+    side: Literal["activation", "weight"]
+    inputs: tuple[str, ...]
+    compute: str  # "module:function"
+    meaning: str
+    kind: Literal["float64", "list<float64>"] = FLOAT
+
+
+_ATTN = "metrics.attention:attention_stats"
+
+#: Every per-layer metric column, in the order the probe emits them: activation side first.
+LAYER_COLUMNS: tuple[LayerMetric, ...] = (
+    LayerMetric("pr_q", "activation", ("q",), "metrics.spectra:pooled_participation_ratio",
+                "participation ratio of the query vectors of every token, heads concatenated"),
+    LayerMetric("pr_k", "activation", ("k",), "metrics.spectra:pooled_participation_ratio",
+                "participation ratio of the key vectors of every token, heads concatenated"),
+    LayerMetric("pr_q_minus_pr_k", "activation", ("pr_q", "pr_k"), "operator:sub", "pr_q − pr_k"),
+    LayerMetric("qk_erank", "activation", ("scores",), _ATTN, "effective rank of the unmasked scores, mean over (b, h)"),
+    LayerMetric("attn_entropy", "activation", ("scores",), _ATTN, "entropy (nats) of the causal attention rows, mean"),
+    LayerMetric("attn_top1", "activation", ("scores",), _ATTN, "largest attention weight of a row, mean"),
+    LayerMetric("attn_erank", "activation", ("scores",), _ATTN, "effective rank of the attention matrix, mean"),
+    LayerMetric("logit_std", "activation", ("scores",), _ATTN, "std of the allowed scores of each (b, h), mean"),
+    LayerMetric("wq_erank", "weight", ("wq",), "metrics.spectra:effective_rank", "effective rank of W_Q"),
+    LayerMetric("wk_erank", "weight", ("wk",), "metrics.spectra:effective_rank", "effective rank of W_K"),
+    LayerMetric("wq_erank_head", "weight", ("wq", "n_head"), "metrics.spectra:head_effective_rank",
+                "effective rank of each head's rows of W_Q, mean over heads"),
+    LayerMetric("wk_erank_head", "weight", ("wk", "n_head"), "metrics.spectra:head_effective_rank",
+                "effective rank of each head's rows of W_K, mean over heads"),
+    LayerMetric("qk_alignment", "weight", ("wq", "wk"), "metrics.spectra:qk_alignment",
+                "mean over rows i of |cos(W_Q[i,:], W_K[i,:])|, zero rows skipped"),
+    # Head h: mean over its rows of |cos|; its mean over heads is qk_alignment when no row is
+    # zero. Null in stores written before the column existed.
+    LayerMetric("qk_alignment_head", "weight", ("wq", "wk", "n_head"), "metrics.spectra:qk_alignment_per_head",
+                "qk_alignment of each head (SPEC §4 'also reported per head')", PER_HEAD),
+    LayerMetric("wq_norm", "weight", ("wq",), "metrics.spectra:frobenius_norm", "Frobenius norm of W_Q"),
+    LayerMetric("wk_norm", "weight", ("wk",), "metrics.spectra:frobenius_norm", "Frobenius norm of W_K"),
+)
+
+
+def check_layer_columns(metrics: tuple[LayerMetric, ...]) -> None:
+    """Raise ValueError unless names are unique and every input is its side's tensor or an
+    earlier column of the same side."""
+    tensors = {"activation": ACTIVATION_INPUTS, "weight": WEIGHT_INPUTS}
+    seen: dict[str, str] = {}
+    for m in metrics:
+        if m.side not in tensors or m.kind not in (FLOAT, PER_HEAD) or m.compute.count(":") != 1:
+            raise ValueError(f"{m.name}: bad side, kind or compute ({m.side!r}, {m.kind!r}, {m.compute!r})")
+        if m.name in seen or m.name in tensors["activation"] + tensors["weight"]:
+            raise ValueError(f"{m.name}: the name is taken")
+        bad = [i for i in m.inputs if i not in tensors[m.side] and seen.get(i) != m.side]
+        if bad:
+            raise ValueError(f"{m.name}: inputs {bad} are neither {m.side} tensors nor earlier {m.side} columns")
+        seen[m.name] = m.side
+
+
+check_layer_columns(LAYER_COLUMNS)
+
 #: Columns measured on a probe batch's activations (SPEC §4.1, §7), float64: the trainer's probe
 #: and the checkpoint probe both emit them, in this order.
-ACTIVATION_METRICS: tuple[str, ...] = (
-    "pr_q",
-    "pr_k",
-    "pr_q_minus_pr_k",
-    "qk_erank",
-    "attn_entropy",
-    "attn_top1",
-    "attn_erank",
-    "logit_std",
-)
-#: Per-layer geometry columns (SPEC §4.1), float64, in the order the probe emits them: the
+ACTIVATION_METRICS: tuple[str, ...] = tuple(m.name for m in LAYER_COLUMNS if m.side == "activation"
+                                            and m.kind == FLOAT)
+#: Per-layer float64 geometry columns (SPEC §4.1), in the order the probe emits them: the
 #: activation columns, then those of the Q/K weights.
-LAYER_METRICS: tuple[str, ...] = ACTIVATION_METRICS + (
-    "wq_erank",
-    "wk_erank",
-    "wq_erank_head",
-    "wk_erank_head",
-    "qk_alignment",
-    "wq_norm",
-    "wk_norm",
-)
+LAYER_METRICS: tuple[str, ...] = tuple(m.name for m in LAYER_COLUMNS if m.kind == FLOAT)
 #: Per-layer gradient columns, filled by the trainer; null at epoch 0 (no step taken yet).
 LAYER_GRAD_METRICS: tuple[str, ...] = ("grad_norm_q", "grad_norm_k")
 
 #: Per-head columns (SPEC §4 "also reported per head"): a list<float64> per row, one value
 #: per head h = 0..n_head-1 (head h owns rows h*d_head:(h+1)*d_head of W_Q and W_K).
-#: ``qk_alignment_head[h]`` = mean over that head's rows i of |cos(W_Q[i,:], W_K[i,:])|;
-#: its mean over heads equals ``qk_alignment`` when no row is zero. Null in stores
-#: written before the column existed.
-LAYER_HEAD_METRICS: tuple[str, ...] = ("qk_alignment_head",)
+LAYER_HEAD_METRICS: tuple[str, ...] = tuple(m.name for m in LAYER_COLUMNS if m.kind == PER_HEAD)
 
 #: Run-level float columns per epoch; ``train_loss`` and ``grad_norm`` are null at epoch 0.
 EPOCH_METRICS: tuple[str, ...] = ("train_loss", "val_loss", "grad_norm", "wall_s", "tokens_per_s")

@@ -48,13 +48,12 @@ from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from metrics.attention import attention_stats
-from metrics.columns import CHECKPOINT_PROBE_ROW
+from metrics import columns
+from metrics.columns import ACTIVATION_INPUTS, FLOAT
 from metrics.hf_arch import SUPPORTED_MODEL_TYPES, adapter_for
-from metrics.spectra import participation_ratio
+from metrics.probe import activation_columns
 
-__all__ = ["CAPTURE_IMPLEMENTATION", "PROBE_DTYPE", "SUPPORTED_MODEL_TYPES", "LayerTrace", "probe_hf_model",
-           "trace_hf_model"]
+__all__ = ["CAPTURE_IMPLEMENTATION", "PROBE_DTYPE", "SUPPORTED_MODEL_TYPES", "probe_hf_model"]
 
 CAPTURE_IMPLEMENTATION = "qkgeom_capture"
 
@@ -62,19 +61,6 @@ CAPTURE_IMPLEMENTATION = "qkgeom_capture"
 PROBE_DTYPE = torch.float32
 
 _TAP_ATTR = "_qkgeom_tap"
-
-
-@dataclass
-class LayerTrace:
-    """What one layer produced in the probe pass.
-
-    q: [B, T, H·d_head] pre-rotary query projection; k: [B, T, H_kv·d_head];
-    scores: [B, H, T, T] float32, post-rotary, scaled, before the mask.
-    """
-
-    q: Tensor | None = None
-    k: Tensor | None = None
-    scores: Tensor | None = None
 
 
 @dataclass
@@ -195,61 +181,46 @@ def _forward(model: nn.Module, input_ids: Tensor) -> None:
 
 
 @torch.no_grad()
-def trace_hf_model(model: nn.Module, input_ids: Tensor) -> list[LayerTrace]:
-    """Raw per-layer tensors (see ``LayerTrace``) of one probe pass. input_ids: [B, T]."""
-    traces: list[LayerTrace] = []
-
-    def emit(layer: int, name: str, x: Tensor) -> None:
-        setattr(traces[layer], name, x)
-
-    with _tapped(model, emit) as n_layers:
-        traces.extend(LayerTrace() for _ in range(n_layers))
-        _forward(model, input_ids)
-    return traces
-
-
-@torch.no_grad()
 def probe_hf_model(model: nn.Module, input_ids: Tensor) -> list[dict[str, float]]:
     """One dict per layer (0 = embedding side) with ``layer`` and the SPEC §7 columns.
 
     input_ids: [B, T] int64 on the model's device, equal-length sequences.
-    Columns: pr_q, pr_k, pr_q_minus_pr_k, qk_erank, attn_entropy, attn_top1,
-    attn_erank, logit_std, and ``dtype`` (the dtype the pass ran in: always
-    "float32"). A model whose floating parameters are not float32 is cast to
-    float32 in place first (load float32 weights to avoid a bf16 round trip).
-    Each layer is reduced as soon as it is seen, so only one layer's scores are
-    held at a time.
+    Columns: the float64 activation-side columns of ``metrics.columns.LAYER_COLUMNS``
+    (pr_q, pr_k, pr_q_minus_pr_k, qk_erank, attn_entropy, attn_top1, attn_erank,
+    logit_std), and ``dtype`` (the dtype the pass ran in: always "float32"). A model
+    whose floating parameters are not float32 is cast to float32 in place first (load
+    float32 weights to avoid a bf16 round trip). Each layer is reduced as soon as its
+    q, k and scores are all captured, so only one layer's scores are held at a time.
     """
     if any(p.is_floating_point() and p.dtype != PROBE_DTYPE for p in model.parameters()):
         model.to(PROBE_DTYPE)
     dtype = str(PROBE_DTYPE).removeprefix("torch.")
+    wanted = [m.name for m in columns.LAYER_COLUMNS if m.side == "activation" and m.kind == FLOAT]
     rows: list[dict[str, float]] = []
+    pending: list[dict[str, Tensor]] = []
+    dims: list[dict[str, int]] = []
 
     def emit(layer: int, name: str, x: Tensor) -> None:
-        row = rows[layer]
-        if name == "scores":
-            row.update(attention_stats(x))
-        else:
-            row[f"pr_{name}"] = participation_ratio(x.reshape(-1, x.shape[-1])).item()
-            row[f"_{name}_dim"] = x.shape[-1]
+        if name != "scores":
+            dims[layer][name] = x.shape[-1]
+        got = pending[layer]
+        got[name] = x
+        if all(n in got for n in ACTIVATION_INPUTS):
+            rows[layer].update(activation_columns(got["q"], got["k"], got["scores"]))
+            got.clear()
 
     with _tapped(model, emit) as n_layers:
         rows.extend({"layer": layer} for layer in range(n_layers))
+        pending.extend({} for _ in range(n_layers))
+        dims.extend({} for _ in range(n_layers))
         _forward(model, input_ids)
     heads = adapter_for(model.config.model_type).heads(model.config)
-    for row in rows:
+    for row, got, seen in zip(rows, pending, dims, strict=True):
         for name, want in (("q", heads.q_dim), ("k", heads.k_dim)):
-            got = row.pop(f"_{name}_dim", want)
-            if got != want:
-                raise RuntimeError(f"layer {row['layer']}: captured {name.upper()} has {got} dims, the "
+            if seen.get(name, want) != want:
+                raise RuntimeError(f"layer {row['layer']}: captured {name.upper()} has {seen[name]} dims, the "
                                    f"config's heads give {want} ({heads}): the adapter does not fit this model")
-        missing = {"pr_q", "pr_k", "logit_std"} - row.keys()
-        if missing:
-            raise RuntimeError(f"layer {row['layer']}: nothing captured for {sorted(missing)}")
-        row["pr_q_minus_pr_k"] = row["pr_q"] - row["pr_k"]
-        row["dtype"] = dtype
-    return [_ordered(row) for row in rows]
-
-
-def _ordered(row: dict[str, float]) -> dict[str, float]:
-    return {c: row[c] for c in CHECKPOINT_PROBE_ROW}
+        if len(row) == 1:
+            missing = [n for n in ACTIVATION_INPUTS if n not in got]
+            raise RuntimeError(f"layer {row['layer']}: nothing captured for {missing}")
+    return [{"layer": row["layer"], **{c: row[c] for c in wanted}, "dtype": dtype} for row in rows]

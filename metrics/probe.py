@@ -1,52 +1,78 @@
-"""The layer probe (SPEC §4.1): every activation and weight column per layer.
+"""The layer probe (SPEC §4.1): every per-layer column of ``metrics.columns.LAYER_COLUMNS``.
 
 ``probe_layers`` runs one no-grad pass of the model's probe path and reduces
-each layer's trace with the pure functions of ``metrics.spectra`` and
-``metrics.attention``. It relies only on the model exposing ``probe(idx)``
+each layer's trace with the functions the vocabulary names (``metrics.spectra``,
+``metrics.attention``, ...). It relies only on the model exposing ``probe(idx)``
 returning per-layer traces and ``blocks[i].attn.{q_proj,k_proj}``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from importlib import import_module
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
-from metrics.attention import attention_stats
-from metrics.spectra import effective_rank, participation_ratio, qk_alignment, qk_alignment_per_head
+from metrics import columns
+from metrics.columns import PER_HEAD, LayerMetric
+
+Value = float | list[float]
 
 
-def weight_columns(wq: Tensor, wk: Tensor, n_head: int) -> dict[str, float | list[float]]:
+def resolve(path: str) -> Callable[..., Any]:
+    """The function a ``LayerMetric.compute`` names (``"module:function"``), looked up on each call."""
+    module, _, name = path.partition(":")
+    return getattr(import_module(module), name)
+
+
+def _plain(value: Any, metric: LayerMetric) -> Value:
+    """A float (or, for a per-head column, a list of floats) from a tensor or number."""
+    if metric.kind == PER_HEAD:
+        return [float(v) for v in (value.tolist() if isinstance(value, Tensor) else value)]
+    return value.item() if isinstance(value, Tensor) else float(value)
+
+
+def layer_columns(metrics: Sequence[LayerMetric], inputs: Mapping[str, Any]) -> dict[str, Value]:
+    """The columns of ``metrics`` for one layer, in order, from its tensors by input name.
+
+    Each distinct (function, inputs) runs once: the entries naming ``attention_stats``
+    share one call, and a derived column (``pr_q_minus_pr_k``) reads the earlier columns.
+    """
+    known: dict[str, Any] = dict(inputs)
+    calls: dict[tuple[str, tuple[str, ...]], Any] = {}
+    row: dict[str, Value] = {}
+    for m in metrics:
+        key = (m.compute, m.inputs)
+        if key not in calls:
+            calls[key] = resolve(m.compute)(*(known[i] for i in m.inputs))
+        got = calls[key]
+        row[m.name] = known[m.name] = _plain(got[m.name] if isinstance(got, Mapping) else got, m)
+    return row
+
+
+def entries(side: str) -> tuple[LayerMetric, ...]:
+    """The vocabulary's entries of one ``side`` (``"activation"`` or ``"weight"``), read at call time."""
+    return tuple(m for m in columns.LAYER_COLUMNS if m.side == side)
+
+
+def activation_columns(q: Tensor, k: Tensor, scores: Tensor) -> dict[str, Value]:
+    """Activation-side columns of one layer. q: [B, T, H·d_head]; k: [B, T, H_kv·d_head]
+    (heads concatenated); scores: [B, H, T, T] unmasked."""
+    return layer_columns(entries("activation"), {"q": q, "k": k, "scores": scores})
+
+
+def weight_columns(wq: Tensor, wk: Tensor, n_head: int) -> dict[str, Value]:
     """Weight-side columns of one layer. wq, wk: [d_model, d_model] ([out, in]).
 
     ``qk_alignment_head`` is a list of n_head floats (head h: rows h*d_head:(h+1)*d_head).
     """
-    d_head = wq.shape[0] // n_head
-    heads_q = wq.reshape(n_head, d_head, -1)  # (H, d_head, D)
-    heads_k = wk.reshape(n_head, d_head, -1)
-    return {
-        "wq_erank": effective_rank(wq).item(),
-        "wk_erank": effective_rank(wk).item(),
-        "wq_erank_head": effective_rank(heads_q).mean().item(),
-        "wk_erank_head": effective_rank(heads_k).mean().item(),
-        "qk_alignment": qk_alignment(wq, wk).item(),
-        "qk_alignment_head": qk_alignment_per_head(wq, wk, n_head).tolist(),
-        "wq_norm": wq.double().norm().item(),
-        "wk_norm": wk.double().norm().item(),
-    }
-
-
-def activation_columns(q: Tensor, k: Tensor, scores: Tensor) -> dict[str, float]:
-    """Activation-side columns. q, k: [B, H, T, d_head]; scores: [B, H, T, T] unmasked."""
-    b, h, t, dh = q.shape
-    q_flat = q.transpose(1, 2).reshape(b * t, h * dh)  # (B·T, d_model), heads concatenated
-    k_flat = k.transpose(1, 2).reshape(b * t, h * dh)
-    pr_q = participation_ratio(q_flat).item()
-    pr_k = participation_ratio(k_flat).item()
-    return {"pr_q": pr_q, "pr_k": pr_k, "pr_q_minus_pr_k": pr_q - pr_k, **attention_stats(scores)}
+    return layer_columns(entries("weight"), {"wq": wq, "wk": wk, "n_head": n_head})
 
 
 @torch.no_grad()
-def probe_layers(model: nn.Module, tokens: Tensor) -> list[dict[str, float]]:
+def probe_layers(model: nn.Module, tokens: Tensor) -> list[dict[str, Value]]:
     """One dict per layer (0 = embedding side) with every §4.1 column except grad norms.
 
     tokens: [B, T] int64 on the model's device. Runs in eval mode and restores
@@ -59,8 +85,11 @@ def probe_layers(model: nn.Module, tokens: Tensor) -> list[dict[str, float]]:
         rows = []
         for layer, (block, tr) in enumerate(zip(model.blocks, traces, strict=True)):
             attn = block.attn
-            row = {"layer": layer}
-            row.update(activation_columns(tr.q, tr.k, tr.scores))
+            b, h, t, dh = tr.q.shape  # trace q, k: [B, H, T, d_head]
+            q = tr.q.transpose(1, 2).reshape(b, t, h * dh)  # (B, T, d_model), heads concatenated
+            k = tr.k.transpose(1, 2).reshape(b, t, h * dh)
+            row: dict[str, Any] = {"layer": layer}
+            row.update(activation_columns(q, k, tr.scores))
             row.update(weight_columns(attn.q_proj.weight, attn.k_proj.weight, attn.n_head))
             rows.append(row)
         return rows

@@ -34,6 +34,14 @@ def participation_ratio(x: Tensor) -> Tensor:
     return trace**2 / (cov**2).sum(dim=(-2, -1))
 
 
+def pooled_participation_ratio(x: Tensor) -> Tensor:
+    """Participation ratio of every vector of ``x`` together. x: [..., D] (e.g. [B, T, D]).
+
+    Returns a float64 scalar: ``participation_ratio`` of the [N, D] matrix of all N vectors.
+    """
+    return participation_ratio(x.reshape(-1, x.shape[-1]))
+
+
 def effective_rank(m: Tensor) -> Tensor:
     """Effective rank (Roy & Vetterli 2007) of each matrix.
 
@@ -48,6 +56,19 @@ def effective_rank(m: Tensor) -> Tensor:
     p = s / total.clamp_min(torch.finfo(torch.float64).tiny)
     entropy = -torch.special.xlogy(p, p).sum(-1)  # xlogy gives 0·log 0 = 0
     return torch.where(total.squeeze(-1) > 0, entropy.exp(), torch.zeros_like(entropy))
+
+
+def head_effective_rank(w: Tensor, n_head: int) -> Tensor:
+    """Effective rank of each head's rows of a projection, mean over heads.
+
+    w: [n_head·d_head, D_in]; head h owns rows ``h*d_head:(h+1)*d_head``. Returns a float64 scalar.
+    """
+    return effective_rank(w.reshape(n_head, w.shape[0] // n_head, -1)).mean()
+
+
+def frobenius_norm(w: Tensor) -> Tensor:
+    """‖w‖_F in float64. w: [R, C]. Returns a scalar."""
+    return w.double().norm()
 
 
 def _row_abs_cos(wq: Tensor, wk: Tensor) -> Tensor:

@@ -6,14 +6,15 @@ Layout: one test file per module, flat, named after the module's dotted path wit
 test that drives a pipeline on Ray (sweep -> store -> browse / report) sits in the file of its
 entry module (``test_sweep_runner.py``, ``test_sweep_extension_pool.py``). A second file for
 one module carries a suffix naming what sets it apart: ``_s3`` (moto's S3 server),
-``_reference`` (bench's plain training loop). Not named after one module: ``test_plugins.py``
+``_reference`` (bench's plain training loop), ``_toy`` (a toy per-layer metric added to
+``metrics.columns`` and followed to the store and the report). Not named after one module: ``test_plugins.py``
 (README's worked example; model/plugins.py), ``test_security.py`` (untrusted pickles across
 trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/),
 ``test_cluster_yaml.py`` and ``test_ray_auth.py`` (the cluster launcher files and Ray's token
 auth), ``test_lock.py`` (requirements.lock against pyproject.toml) and ``test_docs.py``
 (docs/SPEC.md: every "SPEC §n" in the code resolves). Helpers shared by several files are plain modules without the ``test_`` prefix
 (``helpers.py``, ``store_helpers.py``, ``intervention_helpers.py``, ``extension_helpers.py``,
-``sweep_helpers.py``, ``s3_server.py``, ``plugin_toy.py``).
+``sweep_helpers.py``, ``hf_trace_helpers.py``, ``s3_server.py``, ``plugin_toy.py``).
 
 Hygiene: environment variables change only through ``monkeypatch`` or the fixtures below
 (restored after); no test asserts a wall-clock time (timing targets belong to bench/).

@@ -5,8 +5,18 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+from dataclasses import replace
 
-from metrics.columns import CHECKPOINT_METRICS, CHECKPOINT_PROBE_ROW, LAYER_METRICS
+import pytest
+
+from metrics.columns import (
+    CHECKPOINT_METRICS,
+    CHECKPOINT_PROBE_ROW,
+    LAYER_COLUMNS,
+    LAYER_METRICS,
+    LayerMetric,
+    check_layer_columns,
+)
 
 #: sha256 of each table's serialized Arrow schema before the vocabulary moved out of
 #: sweep/store/schema.py (commit 8e57fe5): the move changed no name, type or order. The one
@@ -56,3 +66,27 @@ def test_checkpoint_probe_rows_use_the_vocabulary() -> None:
     import metrics.hf_probe
 
     assert not hasattr(metrics.hf_probe, "_COLUMNS")
+
+
+def test_every_vocabulary_function_resolves_and_every_entry_has_a_meaning() -> None:
+    from metrics.probe import resolve
+
+    for m in LAYER_COLUMNS:
+        assert callable(resolve(m.compute)), m.name
+        assert m.meaning and "\n" not in m.meaning, m.name
+
+
+@pytest.mark.parametrize("bad, match", [
+    (LayerMetric("pr_q", "activation", ("q",), "m:f", "taken"), "taken"),
+    (LayerMetric("toy", "activation", ("wq",), "m:f", "a weight input on the activation side"), "neither"),
+    (LayerMetric("toy", "weight", ("pr_q",), "m:f", "an activation column on the weight side"), "neither"),
+    (LayerMetric("toy", "weight", ("wq",), "m.f", "no colon"), "bad side"),
+    (LayerMetric("toy", "weight", ("wq",), "m:f", "bad kind", "int"), "bad side"),
+])
+def test_the_vocabulary_check_refuses_bad_entries(bad: LayerMetric, match: str) -> None:
+    check_layer_columns(LAYER_COLUMNS)
+    with pytest.raises(ValueError, match=match):
+        check_layer_columns((*LAYER_COLUMNS, bad))
+    with pytest.raises(ValueError, match="neither"):  # a derived column must come after its inputs
+        check_layer_columns((replace(LAYER_COLUMNS[2], name="early", inputs=("late",)),
+                             replace(LAYER_COLUMNS[0], name="late")))

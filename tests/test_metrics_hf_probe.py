@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import torch
 import transformers as tf
+from hf_trace_helpers import trace_hf_model
 
 from metrics.hf_arch import UnsupportedArchitecture, tiny_config
-from metrics.hf_probe import SUPPORTED_MODEL_TYPES, probe_hf_model, trace_hf_model
+from metrics.hf_probe import SUPPORTED_MODEL_TYPES, probe_hf_model
 
 D, H, T, B, V = 32, 4, 16, 3, 100
 D_HEAD = D // H
@@ -213,6 +214,23 @@ def test_trace_tensors_match_reference(kind: str, ids: torch.Tensor) -> None:
     assert tr.k.shape == (B, T, ref["k"].shape[-1])  # PR_K is over the KV heads only
     if kind in ("llama", "qwen2", "mistral", "gemma", "phi3", "olmo2", "stablelm"):
         assert tr.k.shape[-1] < tr.q.shape[-1]  # grouped-query: fewer KV heads than query heads
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "gpt_neox", "llama"])
+def test_rows_are_bit_identical_to_the_hand_written_columns(kind: str, ids: torch.Tensor) -> None:
+    """The vocabulary-driven row equals, to the bit and in order, the columns as probe_hf_model
+    wrote them by hand before ``metrics.columns.LAYER_COLUMNS`` drove it (llama: grouped-query K)."""
+    from metrics.attention import attention_stats
+    from metrics.spectra import participation_ratio
+
+    model = tiny_model(kind, seed=3)
+    rows = probe_hf_model(model, ids)
+    for layer, (tr, row) in enumerate(zip(trace_hf_model(model, ids), rows, strict=True)):
+        pr_q = participation_ratio(tr.q.reshape(-1, tr.q.shape[-1])).item()
+        pr_k = participation_ratio(tr.k.reshape(-1, tr.k.shape[-1])).item()
+        want = {"layer": layer, "pr_q": pr_q, "pr_k": pr_k, "pr_q_minus_pr_k": pr_q - pr_k,
+                **attention_stats(tr.scores), "dtype": "float32"}
+        assert row == want and list(row) == list(want), (kind, layer)
 
 
 def test_olmo_clip_is_applied_to_scores_not_to_captured_projection(ids: torch.Tensor) -> None:

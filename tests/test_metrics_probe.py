@@ -131,6 +131,65 @@ def test_columns_match_a_float64_reference() -> None:
         assert row["qk_alignment"] == pytest.approx(cos.mean(), rel=1e-10)
 
 
+def _hand_written_columns(q, k, scores, wq, wk, n_head: int) -> dict:
+    """The columns as metrics/probe.py listed them by hand before ``metrics.columns.LAYER_COLUMNS``
+    drove it (q, k: [B, H, T, d_head]; scores: [B, H, T, T]; wq, wk: [D, D])."""
+    from metrics.attention import attention_stats
+    from metrics.spectra import (
+        effective_rank,
+        participation_ratio,
+        qk_alignment,
+        qk_alignment_per_head,
+    )
+
+    b, h, t, dh = q.shape
+    pr_q = participation_ratio(q.transpose(1, 2).reshape(b * t, h * dh)).item()
+    pr_k = participation_ratio(k.transpose(1, 2).reshape(b * t, h * dh)).item()
+    d_head = wq.shape[0] // n_head
+    return {
+        "pr_q": pr_q, "pr_k": pr_k, "pr_q_minus_pr_k": pr_q - pr_k, **attention_stats(scores),
+        "wq_erank": effective_rank(wq).item(),
+        "wk_erank": effective_rank(wk).item(),
+        "wq_erank_head": effective_rank(wq.reshape(n_head, d_head, -1)).mean().item(),
+        "wk_erank_head": effective_rank(wk.reshape(n_head, d_head, -1)).mean().item(),
+        "qk_alignment": qk_alignment(wq, wk).item(),
+        "qk_alignment_head": qk_alignment_per_head(wq, wk, n_head).tolist(),
+        "wq_norm": wq.double().norm().item(),
+        "wk_norm": wk.double().norm().item(),
+    }
+
+
+def test_rows_are_bit_identical_to_the_hand_written_columns() -> None:
+    """The store rows of a training run do not change with the vocabulary-driven probe: equal to the
+    bit, in the same order (the derived pr_q_minus_pr_k included)."""
+    model = trained_looking_model().eval()
+    idx = tokens()
+    rows = probe_layers(model, idx)
+    with torch.no_grad():
+        _, _, traces = model.probe(idx)
+        for layer, (block, tr, row) in enumerate(zip(model.blocks, traces, rows, strict=True)):
+            attn = block.attn
+            want = {"layer": layer, **_hand_written_columns(tr.q, tr.k, tr.scores, attn.q_proj.weight,
+                                                            attn.k_proj.weight, attn.n_head)}
+            assert row == want and list(row) == list(want), layer
+
+
+def test_a_shared_function_runs_once_per_layer(monkeypatch) -> None:
+    """attention_stats fills five columns from one call; each layer calls it once."""
+    import metrics.attention
+
+    calls = []
+    real = metrics.attention.attention_stats
+
+    def counted(scores: torch.Tensor) -> dict[str, float]:
+        calls.append(scores.shape)
+        return real(scores)
+
+    monkeypatch.setattr(metrics.attention, "attention_stats", counted)
+    rows = probe_layers(tiny_model(), tokens())
+    assert len(calls) == len(rows) == 2
+
+
 def test_qk_identical_model_has_equal_q_and_k_geometry() -> None:
     model = tiny_model("qk_identical", seed=4)
     for row in probe_layers(model, tokens()):

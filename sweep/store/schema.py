@@ -1,17 +1,20 @@
 """Arrow schemas of the store's three tables (SPEC §6).
 
-The column names and their order come from ``metrics.columns`` (no Ray, no
-Arrow there), which ``metrics/`` reads too. Every writer and reader uses these, so an all-null column keeps its type and
-two runs written months apart concatenate cleanly. Bump ``SCHEMA_VERSION``
-when a column changes meaning; add columns at the end; a renamed column goes in
-``RENAMED``, so older files read under the new name.
+The column names, their order and the per-layer metrics' kinds come from
+``metrics.columns`` (no Ray, no Arrow there), which ``metrics/`` reads too. Every
+writer and reader uses these, so an all-null column keeps its type and two runs
+written months apart concatenate cleanly: the store reads by name, and a column
+missing from an older file reads as null. Bump ``SCHEMA_VERSION`` when a column
+changes meaning; add columns at the end, except a per-layer metric: its column
+follows the other metrics of its kind (``layers_schema``); a renamed column goes
+in ``RENAMED``, so older files read under the new name.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
@@ -20,9 +23,13 @@ from metrics.columns import (
     ACTIVATION_METRICS,  # noqa: F401 (re-exported)
     CHECKPOINT_METRICS,
     EPOCH_METRICS,
+    FLOAT,
+    LAYER_COLUMNS,
     LAYER_GRAD_METRICS,
-    LAYER_HEAD_METRICS,
-    LAYER_METRICS,
+    LAYER_HEAD_METRICS,  # noqa: F401 (re-exported)
+    LAYER_METRICS,  # noqa: F401 (re-exported)
+    PER_HEAD,
+    LayerMetric,
 )
 
 SCHEMA_VERSION = 1
@@ -47,14 +54,23 @@ RENAMED: dict[str, str] = {"condition": "intervention"}
 #: Run status values: ``running`` while epochs remain, then ``completed`` or ``diverged``.
 STATUSES = ("running", "completed", "diverged")
 
-LAYERS = pa.schema(
-    RUN_IDENTITY
-    + [pa.field("epoch", pa.int32(), nullable=False), pa.field("layer", pa.int32(), nullable=False)]
-    + [pa.field(c, pa.float64()) for c in LAYER_METRICS + LAYER_GRAD_METRICS]
-    + [pa.field("schema_version", pa.int32(), nullable=False)]
-    + [pa.field(c, pa.list_(pa.float64())) for c in LAYER_HEAD_METRICS]
-    + [pa.field("strengths", pa.string())]  # see strengths_json
-)
+
+
+def layers_schema(metrics: Sequence[LayerMetric]) -> pa.Schema:
+    """The ``layers`` table with the per-layer columns of ``metrics``: the float64 ones after
+    ``layer``, then the gradient columns, the per-head list<float64> ones after ``schema_version``."""
+    return pa.schema(
+        RUN_IDENTITY
+        + [pa.field("epoch", pa.int32(), nullable=False), pa.field("layer", pa.int32(), nullable=False)]
+        + [pa.field(m.name, pa.float64()) for m in metrics if m.kind == FLOAT]
+        + [pa.field(c, pa.float64()) for c in LAYER_GRAD_METRICS]
+        + [pa.field("schema_version", pa.int32(), nullable=False)]
+        + [pa.field(m.name, pa.list_(pa.float64())) for m in metrics if m.kind == PER_HEAD]
+        + [pa.field("strengths", pa.string())]  # see strengths_json
+    )
+
+
+LAYERS = layers_schema(LAYER_COLUMNS)
 
 EPOCHS = pa.schema(
     RUN_IDENTITY
