@@ -3,9 +3,10 @@
 A plugin module registers init regimes (``@register_init`` in ``model.qk_init``)
 and conditions (``@register`` in ``interventions``) at import time. Every entry
 point calls ``preload(argv, prog)`` before it builds its parser, so the new
-names are valid choices when the inputs are checked; the Ray trainable and the
-probe actors import the same modules again in their own processes (the list
-travels in ``sweep.options.TrialOptions.plugins`` / ``ProbeSettings.plugins``).
+names are valid choices when the inputs are checked. ``Plugins`` is the one
+carrier of the list into Ray workers: the same value travels in every trial's
+run spec (``sweep.spec.TrialSpec.plugins``) and in every probe actor's settings
+(``ProbeSettings.plugins``), and each worker calls ``load()`` before its work.
 The module must be importable where it runs: on ``PYTHONPATH`` or installed.
 """
 
@@ -15,6 +16,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 
 PLUGIN_HELP = ("import MODULE first (repeatable): a module that registers init regimes or "
@@ -37,6 +39,21 @@ def load_plugins(modules: Iterable[str]) -> list[ModuleType]:
                 "give a dotted module name importable from the working directory or PYTHONPATH"
             ) from exc
     return loaded
+
+
+@dataclass(frozen=True)
+class Plugins:
+    """A command's ``--plugin`` modules, in the order given; what every Ray worker of it imports first."""
+
+    modules: tuple[str, ...] = ()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Plugins:
+        return cls(tuple(args.plugin))
+
+    def load(self) -> list[ModuleType]:
+        """Import the modules in this process (a no-op for those already imported)."""
+        return load_plugins(self.modules)
 
 
 def add_plugin_flag(p: argparse.ArgumentParser) -> None:

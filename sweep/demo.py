@@ -28,7 +28,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from model.plugins import add_plugin_flag, preload
+from model.plugins import Plugins, add_plugin_flag, preload
 from sweep.cli import (
     DEFAULT_STORE,
     UsageError,
@@ -99,13 +99,14 @@ def _main(args: argparse.Namespace) -> None:
     # a checkpoint every 5 epochs: a crash loses at most 5 short epochs, and 20 checkpoints
     # a run would cost more than a minute of the demo's two cores; every step (and its Ray
     # workers) imports the plugins
-    trial = TrialOptions(args.store, args.storage, checkpoint_every=5, plugins=tuple(args.plugin))
+    trial = TrialOptions(args.store, args.storage, checkpoint_every=5)
+    plugins = Plugins.from_args(args)  # one value for every trial and probe actor
     baseline = BASELINE_PRESETS[preset]
     grid = INTERVENTION_PRESETS[preset]
     # the 2-layer tiers run 2 of the 5 intervention seeds; the paper-depths tier all 5, as the paper
     interventions = grid if preset == "paper-depths" else replace(grid, seeds=grid.seeds[:2])
     extension = ExtensionSettings(ProbeSettings(args.store, n_seqs=8, seq_len=64, cpus=1.0,
-                                                plugins=tuple(args.plugin)), actors=2)
+                                                plugins=plugins), actors=2)
 
     for grid_ in (baseline, interventions):
         check_pack("--pack", pack, grid_.cells())  # before Ray starts
@@ -131,12 +132,14 @@ def _main(args: argparse.Namespace) -> None:
         measured: dict[str, float] = {}
         print(f"\n== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
         t = time.perf_counter()
-        run_sweep(baseline, SweepSettings(f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run))
+        run_sweep(baseline, SweepSettings(f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run,
+                                          plugins=plugins))
         measured["baseline"] = time.perf_counter() - t
         print(f"\n== 2/4 interventions ({preset} preset, {len(interventions.seeds)} seeds) · {_elapsed(t0)} ==",
               flush=True)
         t = time.perf_counter()
-        run_sweep(interventions, SweepSettings(f"interventions-{preset}", trial, pack=pack, dry_run=args.dry_run))
+        run_sweep(interventions, SweepSettings(f"interventions-{preset}", trial, pack=pack,
+                                               dry_run=args.dry_run, plugins=plugins))
         measured["interventions"] = time.perf_counter() - t
         if args.dry_run:
             print("\n== 3/4 checkpoint extension and 4/4 report: not run (dry run) ==")

@@ -25,7 +25,6 @@ class TrialOptions:
     gpus_per_trial: float | None = None
     checkpoint_every: int = 1  # epochs between Tune checkpoints (the last epoch always checkpoints)
     compile: bool = False  # torch.compile the model (CUDA only)
-    plugins: tuple[str, ...] = ()  # modules imported first in every trial process (--plugin)
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag (``run_sweep`` checks the GPUs against the nodes)."""
@@ -35,4 +34,4 @@ class TrialOptions:
 
     def to_config(self) -> dict[str, Any]:
         """Plain data (read back by ``sweep.spec.decode``)."""
-        return {**asdict(self), "plugins": list(self.plugins)}
+        return asdict(self)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from interventions import CONTROL
 from model.corpus import Corpus, load_corpus
-from model.plugins import add_plugin_flag
+from model.plugins import Plugins, add_plugin_flag
 from sweep.cli import (
     DEFAULT_STORE,
     PackRequest,
@@ -73,7 +73,7 @@ class SweepSettings:
     """How a sweep runs besides its grid: the experiment, the trials' options, the Ray it uses."""
 
     name: str  # the Tune experiment: a plain name, one folder under the storage
-    trial: TrialOptions  # store, storage, per-trial resources, checkpoints, plugins
+    trial: TrialOptions  # store, storage, per-trial resources, checkpoints
     address: str | None = None  # a running Ray cluster to join (e.g. auto); None: start a local one
     num_cpus: int | None = None  # CPUs of the local Ray (None: all)
     max_concurrent: int | None = None  # most trials at once (None: as many as resources allow)
@@ -83,6 +83,7 @@ class SweepSettings:
     pack: PackRequest = "auto"  # runs per trial: K, or auto (a whole shape with GPUs, else 1)
     dry_run: bool = False  # print the plan, train nothing
     fault: FaultInjection | None = None  # crash tests only (``sweep.faults``): not a user option
+    plugins: Plugins = Plugins()  # --plugin modules: every trial imports them first
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
@@ -99,11 +100,10 @@ def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSett
     trial = TrialOptions(
         store=args.store, storage=args.storage, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial, checkpoint_every=args.checkpoint_every, compile=args.compile,
-        plugins=tuple(args.plugin),
     )
     return SweepSettings(name, trial, args.address, args.num_cpus, args.max_concurrent, args.max_failures,
                          args.resume, args.num_gpus, pack_request("--pack", args.pack), args.dry_run,
-                         fault_from_args(args, name))
+                         fault_from_args(args, name), Plugins.from_args(args))
 
 
 def prepare_corpus(preset: Preset) -> Corpus:
@@ -245,10 +245,10 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                       "its trials read their old configs")
             tuner = tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
         else:
+            specs = [TrialSpec.of(p, options, corpus.vocab_size, settings.plugins).to_config() for p in packs]
             tuner = tune.Tuner(
                 trainable,
-                param_space={"spec": tune.grid_search([TrialSpec.of(p, options, corpus.vocab_size).to_config()
-                                                       for p in packs]),
+                param_space={"spec": tune.grid_search(specs),
                              **({"fault": settings.fault.to_config()} if settings.fault else {})},
                 # reuse_actors: a trial's worker keeps its imports (torch, ray, the plugins);
                 # a fresh actor per trial cost ~6 s of CPU each (LOG.md). Results are identical.

@@ -2,9 +2,9 @@
 
 ``TrialSpec`` is a frozen, versioned value: the runs' model (complete: depth and
 vocabulary), the training recipe, the condition and its strengths, each run's
-store identity (init, seed, run id, …) and the trial's options (the plugin list
-among them). The driver builds it from a checked grid (``TrialSpec.of``);
-``to_config()`` is the plain data Tune keeps in its experiment state and hands
+store identity (init, seed, run id, …), the trial's options and the ``--plugin``
+modules (``model.plugins.Plugins``, the carrier the probe actors get too). The
+driver builds it from a checked grid (``TrialSpec.of``); ``to_config()`` is the plain data Tune keeps in its experiment state and hands
 to the trial as ``config["spec"]``, and ``decode`` rebuilds it there *without*
 re-running any check (the values were checked once, in the driver; the version
 says how to read them).
@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from interventions import default_strengths
 from model.gpt import GPTConfig
+from model.plugins import Plugins
 from model.train import TrainConfig
 from sweep.options import TrialOptions
 from sweep.store.schema import run_id, strengths_json
@@ -31,8 +32,9 @@ SPEC_VERSION = 2
 LEGACY_VERSION = 1  # experiments started before the run spec: no "version" key
 READABLE = (LEGACY_VERSION, SPEC_VERSION)
 
-#: ``TrialOptions`` fields of version 1 that are no longer options (test-only fault injection)
-_V1_DROPPED_OPTIONS = ("fail_after_epoch", "failure_marker_dir")
+#: ``TrialOptions`` fields of version 1 that are no longer options (test-only fault injection; the
+#: plugins, now the spec's own field)
+_V1_DROPPED_OPTIONS = ("fail_after_epoch", "failure_marker_dir", "plugins")
 
 T = TypeVar("T")
 
@@ -70,15 +72,17 @@ class TrialSpec:
     strengths: tuple[tuple[str, float], ...]
     runs: tuple[RunIdentity, ...]  # a pack's members in grid order; one for an unpacked trial
     options: TrialOptions
+    plugins: Plugins = Plugins()  # imported by the trial before it reads any name
     version: int = SPEC_VERSION
 
     @classmethod
-    def of(cls, pack: Any, options: TrialOptions, vocab_size: int) -> TrialSpec:
+    def of(cls, pack: Any, options: TrialOptions, vocab_size: int, plugins: Plugins) -> TrialSpec:
         """The spec of a ``sweep.packing.Pack`` of checked cells (its preset checked the grid)."""
         first = pack.cells[0]
         return cls(model=first.preset.model_config(first.depth, vocab_size), train=first.preset.train,
                    condition=first.condition, strengths=first.strengths,
-                   runs=tuple(RunIdentity(**c.identity()) for c in pack.cells), options=options)
+                   runs=tuple(RunIdentity(**c.identity()) for c in pack.cells), options=options,
+                   plugins=plugins)
 
     @property
     def depth(self) -> int:
@@ -104,7 +108,8 @@ class TrialSpec:
         """Plain data for Tune's config (kept in the experiment state; read back by ``decode``)."""
         return {"version": self.version, "cell": self.cell(), "model": asdict(self.model),
                 "train": asdict(self.train), "condition": self.condition, "strengths": dict(self.strengths),
-                "runs": [asdict(r) for r in self.runs], "options": self.options.to_config()}
+                "runs": [asdict(r) for r in self.runs], "options": self.options.to_config(),
+                "plugins": list(self.plugins.modules)}
 
 
 def _trusted(cls: type[T], values: Mapping[str, Any]) -> T:
@@ -128,10 +133,11 @@ def version_of(config: Mapping[str, Any]) -> Any:
     return config["spec"].get("version") if "spec" in config else LEGACY_VERSION
 
 
-def plugins_of(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The ``--plugin`` modules of a trial's Tune config (imported before it is decoded)."""
-    options = config["spec"]["options"] if "spec" in config else config["options"]
-    return tuple(options.get("plugins", ()))
+def plugins_of(config: Mapping[str, Any]) -> Plugins:
+    """The ``--plugin`` modules of a trial's Tune config (imported before it is decoded; version 1
+    kept them in its options)."""
+    modules = config["spec"]["plugins"] if "spec" in config else config["options"].get("plugins", ())
+    return Plugins(tuple(modules))
 
 
 def cell_of(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,8 +173,7 @@ def decode(config: Mapping[str, Any], vocab_size: int | None = None) -> TrialSpe
     return TrialSpec(model=model, train=_trusted(TrainConfig, config["train"]), condition=config["condition"],
                      strengths=tuple(sorted((k, float(v)) for k, v in config["strengths"].items())),
                      runs=tuple(_trusted(RunIdentity, r) for r in config["runs"]),
-                     options=_trusted(TrialOptions, {**config["options"],
-                                                     "plugins": tuple(config["options"]["plugins"])}))
+                     options=_trusted(TrialOptions, config["options"]), plugins=Plugins(tuple(config["plugins"])))
 
 
 def runs_of(config: Mapping[str, Any]) -> tuple[RunIdentity, ...]:
@@ -209,7 +214,7 @@ def _decode_v1(config: Mapping[str, Any], vocab_size: int | None) -> TrialSpec:
     options = {k: v for k, v in config["options"].items() if k not in _V1_DROPPED_OPTIONS}
     return TrialSpec(model=_trusted(GPTConfig, model), train=_trusted(TrainConfig, train), condition=condition,
                      strengths=strengths, runs=runs, version=LEGACY_VERSION,
-                     options=_trusted(TrialOptions, {**options, "plugins": tuple(options.get("plugins", ()))}))
+                     options=_trusted(TrialOptions, options), plugins=plugins_of(config))
 
 
 def check_versions(configs: Iterable[Mapping[str, Any]], experiment: str) -> int:

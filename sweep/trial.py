@@ -23,7 +23,6 @@ from ray import tune
 
 from interventions import make_intervention
 from model.corpus import Corpus
-from model.plugins import load_plugins
 from model.train import EpochReport, Trainer
 from sweep.faults import FaultInjection, fault_from_config
 from sweep.spec import RunIdentity, TrialSpec, decode, plugins_of
@@ -115,7 +114,7 @@ def report_to_tune(trainer: Any, metrics: dict[str, Any], checkpoint: bool) -> N
 
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     """Tune function trainable. ``config``: ``TrialSpec.to_config()`` (and, in crash tests, ``fault``)."""
-    load_plugins(plugins_of(config))  # before the spec's names meet the registries
+    plugins_of(config).load()  # before the spec's names meet the registries
     spec = decode(config, corpus.vocab_size)
     for noisy in ("ray.train", "ray.tune"):  # one INFO line per checkpoint otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from model.plugins import Plugins
 from sweep.options import TrialOptions
 from sweep.store import Store, validate
 
@@ -34,7 +35,7 @@ def assert_store_complete(store: Store, runs: int, epochs: int, layer_rows: int)
     return ep, ly
 
 
-def v1_config(cells, options: TrialOptions) -> dict:
+def v1_config(cells, options: TrialOptions, plugins: Plugins) -> dict:
     """The Tune config qkgeom wrote before the run spec (``Cell.to_config`` / ``Pack.to_config`` and
     ``TrialOptions.to_config`` of commit 77beb21), built here by hand."""
     preset = cells[0].preset
@@ -51,5 +52,5 @@ def v1_config(cells, options: TrialOptions) -> dict:
                 "strengths": dict(first.strengths), "init": ",".join(dict.fromkeys(c.init for c in cells)),
                 "seed": ",".join(str(s) for s in dict.fromkeys(c.seed for c in cells)), "pack": len(cells),
                 "members": [{"init": c.init, "seed": c.seed} for c in cells]}
-    return {"cell": cell, "options": {**asdict(options), "plugins": list(options.plugins),
+    return {"cell": cell, "options": {**asdict(options), "plugins": list(plugins.modules),
                                       "fail_after_epoch": None, "failure_marker_dir": "/tmp/markers"}}

@@ -150,7 +150,7 @@ def local_ray(ray_env):
 def test_plugin_in_ray_workers_baseline_interventions_report(local_ray, registries, tmp_path):
     from sweep import baseline, interventions
 
-    plugin = ["--plugin", "tests.plugin_toy"]  # imported by each trial process from TrialOptions.plugins
+    plugin = ["--plugin", "tests.plugin_toy"]  # imported first by each trial process (TrialSpec.plugins)
     summary = baseline.main(["--preset", "smoke", "--inits", "plugin_half_copy", "--depths", "1",
                              *plugin, *dirs(tmp_path, "plugin-baseline")])
     assert summary["status"].tolist() == ["completed"], summary

@@ -248,12 +248,14 @@ def test_an_experiment_started_before_the_run_spec_resumes(local_ray, tmp_path, 
     rows; ``--resume`` finishes it, and its rows are those of a fresh sweep of the same grid."""
     from sweep_helpers import v1_config
 
+    from model.plugins import Plugins
     from sweep.options import TrialOptions
     from sweep.presets import preset_from_args
 
     old = tmp_path / "old"
     preset = preset_from_args(baseline.parse(LEGACY_GRID), BASELINE_PRESETS)
-    config = v1_config(preset.cells(), TrialOptions(str(old / "store"), str(old / "ray"), gpus_per_trial=0.0))
+    config = v1_config(preset.cells(), TrialOptions(str(old / "store"), str(old / "ray"), gpus_per_trial=0.0),
+                       Plugins())
     config["options"].update(fail_after_epoch=1, failure_marker_dir=str(tmp_path / "markers"))
     assert _tuner(config, old / "ray", "old").fit().errors  # killed after epoch 1, no retry
     summary = baseline.main([*LEGACY_GRID, *dirs(old, "old"), "--resume"])

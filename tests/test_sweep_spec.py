@@ -10,6 +10,7 @@ import pytest
 from sweep_helpers import v1_config
 
 from model.gpt import GPTConfig
+from model.plugins import Plugins
 from model.train import TrainConfig
 from sweep import baseline, interventions
 from sweep.options import TrialOptions
@@ -28,8 +29,8 @@ from sweep.spec import (
     version_of,
 )
 
-OPTIONS = TrialOptions("/abs/store", "/abs/ray", cpus_per_trial=2.0, gpus_per_trial=0.25, checkpoint_every=3,
-                       plugins=("tests.plugin_toy",))
+OPTIONS = TrialOptions("/abs/store", "/abs/ray", cpus_per_trial=2.0, gpus_per_trial=0.25, checkpoint_every=3)
+PLUGINS = Plugins(("tests.plugin_toy",))
 VOCAB = 97
 DOSE = ["--strengths", "forced_k_contraction.lam=0,0.05,0.2"]
 
@@ -62,7 +63,7 @@ def _plain(value) -> bool:
 def test_every_trial_of_every_preset_round_trips_as_plain_data() -> None:
     for preset, packs in plans():
         for pack in packs:
-            spec = TrialSpec.of(pack, OPTIONS, VOCAB)
+            spec = TrialSpec.of(pack, OPTIONS, VOCAB, PLUGINS)
             config = _config(spec)
             assert _plain(config), config
             assert decode(config, VOCAB) == spec
@@ -75,16 +76,16 @@ def test_every_trial_of_every_preset_round_trips_as_plain_data() -> None:
 
 def test_a_pack_cell_lists_its_members() -> None:
     (pack, *_), _ = plan_packs(BASELINE_PRESETS["paper"].cells(), "auto", 1, packable=everything)
-    cell = cell_of(_config(TrialSpec.of(pack, OPTIONS, VOCAB)))
+    cell = cell_of(_config(TrialSpec.of(pack, OPTIONS, VOCAB, PLUGINS)))
     assert cell["pack"] == 12 and cell["seed"] == "37,42,105,210" and cell["depth"] == 4
-    one = cell_of(_config(TrialSpec.of(plan_packs(pack.cells, 1, 0)[0][0], OPTIONS, VOCAB)))
+    one = cell_of(_config(TrialSpec.of(plan_packs(pack.cells, 1, 0)[0][0], OPTIONS, VOCAB, PLUGINS)))
     assert "pack" not in one and one["seed"] == 37 and one["condition"] == "none"
 
 
 def test_the_trial_reads_the_spec_without_running_a_check(monkeypatch) -> None:
     """The driver checked the values; the decode must not check them again (nor build a Preset)."""
     (pack, *_), _ = plan_packs(INTERVENTION_PRESETS["demo"].cells(), "auto", 1, packable=everything)
-    spec = TrialSpec.of(pack, OPTIONS, VOCAB)
+    spec = TrialSpec.of(pack, OPTIONS, VOCAB, PLUGINS)
     config = _config(spec)
 
     def checked(self) -> None:
@@ -110,7 +111,7 @@ def test_epochs_is_checked_once_by_its_flag_and_once_by_the_recipe(monkeypatch) 
     preset = preset_from_args(baseline.parse(["--preset", "smoke", "--epochs", "7"]), BASELINE_PRESETS)
     packs, _ = plan_packs(preset.cells(), "auto", 1, packable=everything)
     for pack in packs:
-        spec = decode(_config(TrialSpec.of(pack, OPTIONS, VOCAB)), VOCAB)
+        spec = decode(_config(TrialSpec.of(pack, OPTIONS, VOCAB, PLUGINS)), VOCAB)
         assert {spec.run_train(r, "cpu").epochs for r in spec.runs} == {7}
     assert calls == [7]
     with pytest.raises(ValueError, match="--epochs must be >= 1, got 0"):
@@ -123,9 +124,9 @@ def test_epochs_is_checked_once_by_its_flag_and_once_by_the_recipe(monkeypatch) 
 def test_a_version_1_config_decodes_to_the_same_runs() -> None:
     for _, packs in plans():
         for pack in packs:
-            old = v1_config(pack.cells, OPTIONS)
-            assert version_of(old) == 1 and plugins_of(old) == OPTIONS.plugins
-            spec = TrialSpec.of(pack, OPTIONS, VOCAB)
+            old = v1_config(pack.cells, OPTIONS, PLUGINS)
+            assert version_of(old) == 1 and plugins_of(old) == PLUGINS
+            spec = TrialSpec.of(pack, OPTIONS, VOCAB, PLUGINS)
             back = decode(old, VOCAB)
             assert back == replace(spec, version=1)
             assert runs_of(old) == spec.runs
@@ -134,13 +135,13 @@ def test_a_version_1_config_decodes_to_the_same_runs() -> None:
 
 def test_other_versions_are_refused_naming_the_version() -> None:
     (pack, *_), _ = plan_packs(BASELINE_PRESETS["smoke"].cells(), 1, 0)
-    new = _config(TrialSpec.of(pack, OPTIONS, VOCAB))
+    new = _config(TrialSpec.of(pack, OPTIONS, VOCAB, PLUGINS))
     future = {"spec": {**new["spec"], "version": SPEC_VERSION + 1}}
     with pytest.raises(SpecError, match=f"run spec version {SPEC_VERSION + 1}, which this qkgeom cannot read"):
         decode(future, VOCAB)
     with pytest.raises(SpecError, match=f"written with run spec version {SPEC_VERSION + 1}.*another --name"):
         check_versions([new, future], "/x/exp")
-    assert check_versions([new, v1_config(pack.cells, OPTIONS)], "/x/exp") == 1
+    assert check_versions([new, v1_config(pack.cells, OPTIONS, PLUGINS)], "/x/exp") == 1
     assert check_versions([new], "/x/exp") == SPEC_VERSION
     with pytest.raises(SpecError, match="97 symbols but the corpus given to the sweep has 50"):
         decode(new, 50)

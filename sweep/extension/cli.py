@@ -16,7 +16,7 @@ from pathlib import Path
 
 import ray
 
-from model.plugins import add_plugin_flag, preload
+from model.plugins import Plugins, add_plugin_flag, preload
 from sweep.cli import (
     DEFAULT_STORE,
     UsageError,
@@ -112,7 +112,7 @@ def check_args(args: argparse.Namespace) -> None:
 def settings_from_args(args: argparse.Namespace) -> ExtensionSettings:
     """The probe, pool and Ray flags as ``ExtensionSettings`` (checked as they are built)."""
     probe = ProbeSettings(args.store, args.n_seqs, args.seq_len, args.hf_cache, max(1, int(args.cpus_per_actor)),
-                          args.allow_pickle_weights, args.cpus_per_actor, tuple(args.plugin))
+                          args.allow_pickle_weights, args.cpus_per_actor, Plugins.from_args(args))
     return ExtensionSettings(probe, args.actors, args.gpus_per_actor, args.max_attempts, args.force,
                              args.address, args.num_cpus, args.num_gpus)
 

@@ -13,7 +13,6 @@ from typing import Any
 import ray
 import torch
 
-from model.plugins import load_plugins
 from sweep.extension.checkpoint_series import (
     Manifest,
 )
@@ -64,7 +63,7 @@ class ProbeActor:
     """
 
     def __init__(self, settings: ProbeSettings) -> None:
-        load_plugins(settings.plugins)  # the driver's registrations, in this process too
+        settings.plugins.load()  # the driver's registrations, in this process too
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one "Loading weights" bar per revision is noise

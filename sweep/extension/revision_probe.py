@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from model.plugins import Plugins
 from sweep.cli import at_least, positive
 from sweep.extension.checkpoint_series import Manifest
 from sweep.extension.hub import transient_hub_error
@@ -56,7 +57,7 @@ class ProbeSettings:
     threads: int = 1  # torch threads per actor
     allow_pickle: bool = False  # load pickled *.bin weights when a revision has no safetensors
     cpus: float | None = None  # Ray CPUs per actor (None: ``threads``)
-    plugins: tuple[str, ...] = ()  # --plugin modules, imported again in every actor
+    plugins: Plugins = Plugins()  # --plugin modules, imported again in every actor
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
