@@ -22,8 +22,10 @@ from analysis.slopes import SECTION as SLOPES
 __all__ = ["SECTIONS", "Analysis", "compute_all", "register_section", "sections"]
 
 #: The SPEC §8 sections (and §5's dose–response), then every per-layer metric's final means, in report order.
+#: In report order: the paper's §8 sections, the project's own (dose–response, per-layer metrics),
+#: then the paper's Appendix A.
 BUILTIN_SECTIONS: tuple[Section, ...] = (ALIGNMENT, SLOPES, CATEGORIES, BRIDGE, INTERVENTIONS, DOSE_RESPONSE,
-                                         CHECKPOINTS, LAYER_METRICS)
+                                         LAYER_METRICS, CHECKPOINTS)
 #: Their names (the stats.json keys every report has: None, with a reason under ``missing``, without data).
 SECTIONS: tuple[str, ...] = tuple(s.name for s in BUILTIN_SECTIONS)
 
