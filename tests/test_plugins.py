@@ -19,7 +19,7 @@ from sweep_helpers import assert_store_complete, dirs
 from torch import nn
 
 from interventions import CONTROL, Intervention, make_intervention, register
-from model.plugins import PluginError, load_plugins, preload
+from model.plugins import PluginError, Plugins, load_plugins, preload
 from model.qk_init import DEFAULT_INIT, register_init
 from model.train import Trainer
 from sweep import report
@@ -132,6 +132,26 @@ def test_plugin_names_are_valid_inputs(registries):
     args = baseline.parse(["--preset", "smoke", "--inits", "plugin_half_copy", "--plugin", "tests.plugin_toy"])
     # --inits is nargs="+" (one tuple per word, joined by preset_from_args since 53be638)
     assert args.plugin == ["tests.plugin_toy"] and flatten(args.inits) == ("plugin_half_copy",)
+
+
+def test_trials_and_probe_actors_get_the_same_plugins_value(registries):
+    """One carrier: ``Plugins`` from the flags, in every trial's run spec and in the actors' settings."""
+    from sweep import baseline
+    from sweep.extension import cli as extension
+    from sweep.options import TrialOptions
+    from sweep.packing import plan_packs
+    from sweep.presets import BASELINE_PRESETS, preset_from_args
+    from sweep.runner import settings_from_args
+    from sweep.spec import TrialSpec, decode
+
+    plugin = ["--plugin", "tests.plugin_toy"]
+    sweep = settings_from_args(baseline.parse(["--preset", "smoke", *plugin]), "x")
+    probe = extension.settings_from_args(extension.parse_args(["--manifest", "m.json", *plugin])).probe
+    assert sweep.plugins == probe.plugins == Plugins(("tests.plugin_toy",))
+    assert not hasattr(TrialOptions, "plugins")  # not an option of the trial: the spec's own field
+    cells = preset_from_args(baseline.parse(["--preset", "smoke"]), BASELINE_PRESETS).cells()
+    spec = TrialSpec.of(plan_packs(cells, 1, 0)[0][0], sweep.trial, 50, sweep.plugins)
+    assert decode({"spec": spec.to_config()}, 50).plugins == probe.plugins
 
 
 # --- the plugin in Ray's trial workers ---------------------------------------------------------
