@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,15 +62,47 @@ def test_probe_cost_tiny() -> None:
     assert r["probe_in_steps"] > 0 and r["val_loss_in_steps"] > 0 and r["probe_rows"] == 2
 
 
-def test_reducer_scaling_tiny() -> None:
+def test_reducer_scaling_tiny(monkeypatch) -> None:
+    """End to end at 1× and 2×; the memory pass's two probes (a report under tracemalloc costs ~4×
+    a plain one) are stand-ins here that record their calls, and are checked for real below."""
     from bench import reducer_scaling
 
+    probed: list[str] = []
+
+    def probe(name: str, value):
+        def fake(fn) -> object:
+            assert callable(fn)
+            probed.append(name)
+            return value
+        return fake
+
+    monkeypatch.setattr(reducer_scaling, "peak_rss_delta_mb", probe("rss", (7.0, "VmHWM after clear_refs")))
+    monkeypatch.setattr(reducer_scaling, "tracemalloc_peak_mb", probe("tracemalloc", 3.0))
     out = reducer_scaling.main(["--tiny"])
     _check(out, {"time_at_smallest_s"})
     assert [r["scale"] for r in out["results"]] == [1, 2]
+    assert probed == ["rss", "tracemalloc"] * 2  # once per scale
     for r in out["results"]:
         assert r["report_median_s"] > 0 and r["layer_rows"] > 0
-        assert "peak_rss_delta_mb" in r and r["tracemalloc_peak_mb"] > 0
+        assert r["peak_rss_delta_mb"] == 7.0 and r["tracemalloc_peak_mb"] == 3.0
+
+
+def test_reducer_memory_probes_see_an_allocation() -> None:
+    """The memory pass's probes, on a 64 MB NumPy array made and dropped inside the call."""
+    from bench.reducer_scaling import peak_rss_delta_mb, tracemalloc_peak_mb
+
+    mb = 64
+
+    def allocate() -> None:
+        a = np.ones(mb * 2**20 // 8)
+        assert a.sum() == a.size
+
+    assert mb <= tracemalloc_peak_mb(allocate) < 2 * mb
+    rss, method = peak_rss_delta_mb(allocate)
+    if method == "VmHWM after clear_refs":
+        assert mb * 0.9 <= rss < 2 * mb
+    else:  # ru_maxrss growth counts only what exceeds the process's earlier peak
+        assert method == "ru_maxrss growth" and rss >= 0
 
 
 def test_packing_tiny() -> None:
