@@ -36,6 +36,24 @@ def ray_cluster(ray_env):
         ray.shutdown()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def gpu_dry_run(request, tmp_path_factory):
+    """``bash bench/gpu.sh --dry-run`` (seconds of imports, in its own processes), started with the
+    module when its test is selected, so that it runs beside the in-process benchmarks; RAY_TMPDIR
+    inside its folder (its test checks that no Ray session appeared there). Yields (folder, process)."""
+    if not any(item.originalname == "test_gpu_script_dry_run_without_cuda" and item.module is request.module
+               for item in request.session.items):
+        yield None
+        return
+    out = tmp_path_factory.mktemp("gpu_dry_run")
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "RAY_TMPDIR": str(out / "ray_tmp")}
+    proc = subprocess.Popen(["bash", str(ROOT / "bench" / "gpu.sh"), "--dry-run"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield out, proc
+    proc.kill()
+    proc.communicate()
+
+
 def _check(out: dict, keys: set[str]) -> None:
     missing = (keys | {"benchmark", "ratio", "target", "met", "machine", "results"}) - set(out)
     assert not missing, missing
@@ -126,14 +144,14 @@ def test_sweep_overhead_tiny(tmp_path: Path, ray_cluster) -> None:
     assert out["ray_wall_s"] > 0 and out["mean_trial_s"] > 0
 
 
-def test_gpu_script_dry_run_without_cuda(tmp_path: Path) -> None:
-    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "--dry-run"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    if "no CUDA" in proc.stdout:
-        result = json.loads((tmp_path / "gpu_results.json").read_text())
+def test_gpu_script_dry_run_without_cuda(gpu_dry_run) -> None:
+    out, proc = gpu_dry_run
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stdout + stderr
+    if "no CUDA" in stdout:
+        result = json.loads((out / "gpu_results.json").read_text())
         assert result["cuda"] is False and result["measured"] is False
+    assert not list(out.glob("ray_tmp/**/session_*"))
 
 
 @pytest.mark.ray
