@@ -42,6 +42,9 @@ is found after the test and fails it.
   (``extension_helpers.py``), for test_sweep_extension_revision_probe.py and _pool.py.
 - ``registries`` (function): snapshot of the init-regime and intervention registries,
   restored after the test, for tests that register toy entries.
+- ``stdlib_docs`` (session): ``model.corpus.stdlib_docs_text()`` of this interpreter, built in a
+  subprocess started as soon as collection ends when a selected test uses the fixture, so that its
+  ~5 s of parsing the standard library runs beside the other tests (test_model_corpus.py).
 """
 
 from __future__ import annotations
@@ -51,8 +54,10 @@ import glob
 import itertools
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 import s3_server
@@ -158,6 +163,29 @@ def revisions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[
     return out
 
 
+_STDLIB_DOCS: dict = {}  # "dir", "proc": the background build of the stdlib-docs text
+
+
+def pytest_collection_finish(session):
+    if any("stdlib_docs" in getattr(item, "fixturenames", ()) for item in session.items):
+        out = Path(tempfile.mkdtemp(prefix="qkgeom-stdlib-docs-"))
+        code = ("import sys; from model.corpus import stdlib_docs_text\n"
+                "open(sys.argv[1], 'w', encoding='utf-8', newline='').write(stdlib_docs_text())")
+        root = Path(__file__).resolve().parents[1]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+        _STDLIB_DOCS.update(dir=out, proc=subprocess.Popen(
+            [sys.executable, "-c", code, str(out / "text.txt")], cwd=root, env=env, stderr=subprocess.PIPE, text=True))
+
+
+@pytest.fixture(scope="session")
+def stdlib_docs() -> str:
+    proc = _STDLIB_DOCS["proc"]
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    with open(_STDLIB_DOCS["dir"] / "text.txt", encoding="utf-8", newline="") as f:  # the text as written
+        return f.read()
+
+
 @pytest.fixture
 def registries():
     """The init-regime and condition registries as they were, restored (with sys.modules) after."""
@@ -226,3 +254,7 @@ def ray_only_when_marked(request, monkeypatch):
 def pytest_sessionfinish(session, exitstatus):
     for folder in _RAY_SCRATCH:
         shutil.rmtree(folder, ignore_errors=True)
+    if _STDLIB_DOCS:
+        _STDLIB_DOCS["proc"].kill()
+        _STDLIB_DOCS["proc"].communicate()
+        shutil.rmtree(_STDLIB_DOCS["dir"], ignore_errors=True)
