@@ -46,6 +46,10 @@ is found after the test and fails it.
   subprocess started as soon as collection ends when a selected test uses the fixture, so that its
   ~5 s of parsing the standard library runs beside the other tests (test_model_corpus.py).
 
+Early processes: a test module may define ``start_early(items)``; when collection ends it is
+called with the module's selected tests, to start the processes they will wait for, so that
+these run beside the tests before them (test_sweep_cli.py, test_bench_smoke.py).
+
 GC: when collection ends, ``gc.freeze()`` moves everything imported so far out of the cyclic
 collector's reach, so that a ``gc.collect()`` (the checkpoint probe frees each model so; ~0.25 s
 each on the whole heap) and the collector's own full passes scan only what the tests create.
@@ -176,6 +180,10 @@ def pytest_collection_finish(session):
     # session: moved out of the collector's reach, so that a gc.collect() (sweep.extension's probe
     # frees each model so) scans only what the tests create.
     gc.freeze()
+    for module in dict.fromkeys(getattr(item, "module", None) for item in session.items):
+        start = getattr(module, "start_early", None)
+        if callable(start):
+            start([item for item in session.items if getattr(item, "module", None) is module])
     if any("stdlib_docs" in getattr(item, "fixturenames", ()) for item in session.items):
         out = Path(tempfile.mkdtemp(prefix="qkgeom-stdlib-docs-"))
         code = ("import sys; from model.corpus import stdlib_docs_text\n"

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -36,22 +38,33 @@ def ray_cluster(ray_env):
         ray.shutdown()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def gpu_dry_run(request, tmp_path_factory):
-    """``bash bench/gpu.sh --dry-run`` (seconds of imports, in its own processes), started with the
-    module when its test is selected, so that it runs beside the in-process benchmarks; RAY_TMPDIR
-    inside its folder (its test checks that no Ray session appeared there). Yields (folder, process)."""
-    if not any(item.originalname == "test_gpu_script_dry_run_without_cuda" and item.module is request.module
-               for item in request.session.items):
-        yield None
-        return
-    out = tmp_path_factory.mktemp("gpu_dry_run")
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "RAY_TMPDIR": str(out / "ray_tmp")}
-    proc = subprocess.Popen(["bash", str(ROOT / "bench" / "gpu.sh"), "--dry-run"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+_EARLY: dict = {}  # "dir", "process": what start_early started
+
+
+def _start_dry_run(out: Path) -> tuple[Path, subprocess.Popen]:
+    """``bash bench/gpu.sh --dry-run`` (seconds of imports, in its own processes), RAY_TMPDIR inside
+    ``out`` (its test checks that no Ray session appeared there)."""
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "RAY_TMPDIR": str(out / "ray_tmp"),
+           "HF_HUB_OFFLINE": "1"}
+    return out, subprocess.Popen(["bash", str(ROOT / "bench" / "gpu.sh"), "--dry-run"], cwd=ROOT, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def start_early(items) -> None:
+    """Called by tests/conftest.py when collection ends: the dry run starts then (when its test is
+    selected) and runs beside the tests before it."""
+    if any(item.originalname == "test_gpu_script_dry_run_without_cuda" for item in items):
+        _EARLY["dir"] = Path(tempfile.mkdtemp(prefix="qkgeom-gpu-dry-run-"))
+        _EARLY["process"] = _start_dry_run(_EARLY["dir"])
+
+
+@pytest.fixture(scope="module")
+def gpu_dry_run(tmp_path_factory):
+    out, proc = _EARLY.pop("process", None) or _start_dry_run(tmp_path_factory.mktemp("gpu_dry_run"))
     yield out, proc
     proc.kill()
     proc.communicate()
+    shutil.rmtree(_EARLY.pop("dir", "/nonexistent"), ignore_errors=True)
 
 
 def _check(out: dict, keys: set[str]) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -166,20 +168,39 @@ PROCESS_CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cli_processes(tmp_path_factory):
-    """Every process case started at once (each is seconds of imports; they overlap), each in its
-    own folder of the user files with RAY_TMPDIR inside it: needle -> (folder, process)."""
+_EARLY: dict = {}  # "dir", "processes": what start_early started
+
+
+def _start_processes(root: Path) -> dict:
+    """Every process case at once (each is seconds of imports; they overlap), each in its own
+    folder of the user files with RAY_TMPDIR inside it: needle -> (folder, process)."""
     started = {}
-    for argv, needle in PROCESS_CASES:
-        tmp = _write_files(tmp_path_factory.mktemp("cli"))["tmp"]
-        env = {**os.environ, "RAY_ADDRESS": "", "PYTHONPATH": str(ROOT), "RAY_TMPDIR": str(Path(tmp) / "ray_tmp")}
+    for i, (argv, needle) in enumerate(PROCESS_CASES):
+        (root / f"case{i}").mkdir()
+        tmp = _write_files(root / f"case{i}")["tmp"]
+        env = {**os.environ, "RAY_ADDRESS": "", "PYTHONPATH": str(ROOT), "RAY_TMPDIR": str(Path(tmp) / "ray_tmp"),
+               "HF_HUB_OFFLINE": "1"}
         started[needle] = tmp, subprocess.Popen([sys.executable, *_fill(argv, tmp)], cwd=tmp, env=env,
                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return started
+
+
+def start_early(items) -> None:
+    """Called by tests/conftest.py when collection ends: the process cases start then (when one is
+    selected) and run beside the tests before theirs."""
+    if any(item.originalname == "test_cli_process_exits_2_with_one_line" for item in items):
+        _EARLY["dir"] = Path(tempfile.mkdtemp(prefix="qkgeom-cli-"))
+        _EARLY["processes"] = _start_processes(_EARLY["dir"])
+
+
+@pytest.fixture(scope="module")
+def cli_processes(tmp_path_factory):
+    started = _EARLY.pop("processes", None) or _start_processes(tmp_path_factory.mktemp("cli"))
     yield started
     for _, proc in started.values():
         proc.kill()
         proc.communicate()
+    shutil.rmtree(_EARLY.pop("dir", "/nonexistent"), ignore_errors=True)
 
 
 @pytest.mark.parametrize(("argv", "needle"), PROCESS_CASES)
