@@ -48,7 +48,8 @@ is found after the test and fails it.
 
 Early processes: a test module may define ``start_early(items)``; when collection ends it is
 called with the module's selected tests, to start the processes they will wait for, so that
-these run beside the tests before them (test_sweep_cli.py, test_bench_smoke.py).
+these run beside the tests before them (test_sweep_cli.py, test_bench_smoke.py). What it
+returns, if not None, is called when the session ends (to stop what is left and clean up).
 
 GC: when collection ends, ``gc.freeze()`` moves everything imported so far out of the cyclic
 collector's reach, so that a ``gc.collect()`` (the checkpoint probe frees each model so; ~0.25 s
@@ -172,7 +173,18 @@ def revisions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[
     return out
 
 
+_EARLY_STOPS: list = []  # what start_early returned: called when the session ends
 _STDLIB_DOCS: dict = {}  # "dir", "proc": the background build of the stdlib-docs text
+
+
+def _start_stdlib_docs() -> None:
+    out = Path(tempfile.mkdtemp(prefix="qkgeom-stdlib-docs-"))
+    code = ("import sys; from model.corpus import stdlib_docs_text\n"
+            "open(sys.argv[1], 'w', encoding='utf-8', newline='').write(stdlib_docs_text())")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+    _STDLIB_DOCS.update(dir=out, proc=subprocess.Popen(
+        [sys.executable, "-c", code, str(out / "text.txt")], cwd=root, env=env, stderr=subprocess.PIPE, text=True))
 
 
 def pytest_collection_finish(session):
@@ -180,22 +192,22 @@ def pytest_collection_finish(session):
     # session: moved out of the collector's reach, so that a gc.collect() (sweep.extension's probe
     # frees each model so) scans only what the tests create.
     gc.freeze()
+    if session.config.option.collectonly:
+        return
     for module in dict.fromkeys(getattr(item, "module", None) for item in session.items):
         start = getattr(module, "start_early", None)
         if callable(start):
-            start([item for item in session.items if getattr(item, "module", None) is module])
+            stop = start([item for item in session.items if getattr(item, "module", None) is module])
+            if stop is not None:
+                _EARLY_STOPS.append(stop)
     if any("stdlib_docs" in getattr(item, "fixturenames", ()) for item in session.items):
-        out = Path(tempfile.mkdtemp(prefix="qkgeom-stdlib-docs-"))
-        code = ("import sys; from model.corpus import stdlib_docs_text\n"
-                "open(sys.argv[1], 'w', encoding='utf-8', newline='').write(stdlib_docs_text())")
-        root = Path(__file__).resolve().parents[1]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
-        _STDLIB_DOCS.update(dir=out, proc=subprocess.Popen(
-            [sys.executable, "-c", code, str(out / "text.txt")], cwd=root, env=env, stderr=subprocess.PIPE, text=True))
+        _start_stdlib_docs()
 
 
 @pytest.fixture(scope="session")
 def stdlib_docs() -> str:
+    if not _STDLIB_DOCS:
+        _start_stdlib_docs()
     proc = _STDLIB_DOCS["proc"]
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
@@ -271,6 +283,8 @@ def ray_only_when_marked(request, monkeypatch):
 def pytest_sessionfinish(session, exitstatus):
     for folder in _RAY_SCRATCH:
         shutil.rmtree(folder, ignore_errors=True)
+    for stop in _EARLY_STOPS:
+        stop()
     if _STDLIB_DOCS:
         _STDLIB_DOCS["proc"].kill()
         _STDLIB_DOCS["proc"].communicate()

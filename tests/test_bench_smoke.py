@@ -50,12 +50,22 @@ def _start_dry_run(out: Path) -> tuple[Path, subprocess.Popen]:
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def start_early(items) -> None:
+def _stop_early() -> None:
+    if "process" in _EARLY:
+        _, proc = _EARLY.pop("process")
+        proc.kill()
+        proc.communicate()
+    shutil.rmtree(_EARLY.pop("dir", "/nonexistent"), ignore_errors=True)
+
+
+def start_early(items):
     """Called by tests/conftest.py when collection ends: the dry run starts then (when its test is
     selected) and runs beside the tests before it."""
     if any(item.originalname == "test_gpu_script_dry_run_without_cuda" for item in items):
         _EARLY["dir"] = Path(tempfile.mkdtemp(prefix="qkgeom-gpu-dry-run-"))
         _EARLY["process"] = _start_dry_run(_EARLY["dir"])
+        return _stop_early
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +74,7 @@ def gpu_dry_run(tmp_path_factory):
     yield out, proc
     proc.kill()
     proc.communicate()
-    shutil.rmtree(_EARLY.pop("dir", "/nonexistent"), ignore_errors=True)
+    _stop_early()
 
 
 def _check(out: dict, keys: set[str]) -> None:

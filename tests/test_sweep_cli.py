@@ -185,12 +185,21 @@ def _start_processes(root: Path) -> dict:
     return started
 
 
-def start_early(items) -> None:
+def _stop_early() -> None:
+    for _, proc in _EARLY.pop("processes", {}).values():
+        proc.kill()
+        proc.communicate()
+    shutil.rmtree(_EARLY.pop("dir", "/nonexistent"), ignore_errors=True)
+
+
+def start_early(items):
     """Called by tests/conftest.py when collection ends: the process cases start then (when one is
     selected) and run beside the tests before theirs."""
     if any(item.originalname == "test_cli_process_exits_2_with_one_line" for item in items):
         _EARLY["dir"] = Path(tempfile.mkdtemp(prefix="qkgeom-cli-"))
         _EARLY["processes"] = _start_processes(_EARLY["dir"])
+        return _stop_early
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +209,7 @@ def cli_processes(tmp_path_factory):
     for _, proc in started.values():
         proc.kill()
         proc.communicate()
-    shutil.rmtree(_EARLY.pop("dir", "/nonexistent"), ignore_errors=True)
+    _stop_early()
 
 
 @pytest.mark.parametrize(("argv", "needle"), PROCESS_CASES)
