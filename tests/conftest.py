@@ -43,17 +43,32 @@ is found after the test and fails it.
   (``extension_helpers.py``), for test_sweep_extension_revision_probe.py and _pool.py.
 - ``registries`` (function): snapshot of the init-regime and intervention registries,
   restored after the test, for tests that register toy entries.
+- ``stdlib_docs`` (session): ``model.corpus.stdlib_docs_text()`` of this interpreter, built in a
+  subprocess started as soon as collection ends when a selected test uses the fixture, so that its
+  ~5 s of parsing the standard library runs beside the other tests (test_model_corpus.py).
+
+Early processes: a test module may define ``start_early(items)``; when collection ends it is
+called with the module's selected tests, to start the processes they will wait for, so that
+these run beside the tests before them (test_sweep_cli.py, test_bench_smoke.py). What it
+returns, if not None, is called when the session ends (to stop what is left and clean up).
+
+GC: when collection ends, ``gc.freeze()`` moves everything imported so far out of the cyclic
+collector's reach, so that a ``gc.collect()`` (the checkpoint probe frees each model so; ~0.25 s
+each on the whole heap) and the collector's own full passes scan only what the tests create.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import glob
 import itertools
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 import s3_server
@@ -159,6 +174,48 @@ def revisions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[
     return out
 
 
+_EARLY_STOPS: list = []  # what start_early returned: called when the session ends
+_STDLIB_DOCS: dict = {}  # "dir", "proc": the background build of the stdlib-docs text
+
+
+def _start_stdlib_docs() -> None:
+    out = Path(tempfile.mkdtemp(prefix="qkgeom-stdlib-docs-"))
+    code = ("import sys; from model.corpus import stdlib_docs_text\n"
+            "open(sys.argv[1], 'w', encoding='utf-8', newline='').write(stdlib_docs_text())")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+    _STDLIB_DOCS.update(dir=out, proc=subprocess.Popen(
+        [sys.executable, "-c", code, str(out / "text.txt")], cwd=root, env=env, stderr=subprocess.PIPE, text=True))
+
+
+def pytest_collection_finish(session):
+    # Everything imported so far (torch, transformers, pandas, ...: millions of objects) lives for the
+    # session: moved out of the collector's reach, so that a gc.collect() (sweep.extension's probe
+    # frees each model so) scans only what the tests create.
+    gc.freeze()
+    if session.config.option.collectonly:
+        return
+    for module in dict.fromkeys(getattr(item, "module", None) for item in session.items):
+        start = getattr(module, "start_early", None)
+        if callable(start):
+            stop = start([item for item in session.items if getattr(item, "module", None) is module])
+            if stop is not None:
+                _EARLY_STOPS.append(stop)
+    if any("stdlib_docs" in getattr(item, "fixturenames", ()) for item in session.items):
+        _start_stdlib_docs()
+
+
+@pytest.fixture(scope="session")
+def stdlib_docs() -> str:
+    if not _STDLIB_DOCS:
+        _start_stdlib_docs()
+    proc = _STDLIB_DOCS["proc"]
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    with open(_STDLIB_DOCS["dir"] / "text.txt", encoding="utf-8", newline="") as f:  # the text as written
+        return f.read()
+
+
 @pytest.fixture
 def registries():
     """The init-regime and condition registries as they were, restored (with sys.modules) after."""
@@ -227,3 +284,9 @@ def ray_only_when_marked(request, monkeypatch):
 def pytest_sessionfinish(session, exitstatus):
     for folder in _RAY_SCRATCH:
         shutil.rmtree(folder, ignore_errors=True)
+    for stop in _EARLY_STOPS:
+        stop()
+    if _STDLIB_DOCS:
+        _STDLIB_DOCS["proc"].kill()
+        _STDLIB_DOCS["proc"].communicate()
+        shutil.rmtree(_STDLIB_DOCS["dir"], ignore_errors=True)

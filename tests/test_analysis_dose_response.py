@@ -71,12 +71,14 @@ def by_hand(layers: pd.DataFrame, metric: str) -> pd.DataFrame:
 def bootstrap_by_hand(d: pd.DataFrame, n: int = 2000) -> tuple[float, float]:
     rng = np.random.default_rng(0)
     seeds = np.array(sorted(d["seed"].unique()))
-    groups = {s: d[d["seed"] == s] for s in seeds}
-    rhos = []
-    for _ in range(n):
-        pick = pd.concat([groups[s] for s in rng.choice(seeds, len(seeds))])
-        if pick["delta"].nunique() > 1 and pick["strength"].nunique() > 1:
-            rhos.append(sps.spearmanr(pick["strength"], pick["delta"]).statistic)
+    groups = {s: d.loc[d["seed"] == s, ["strength", "delta"]].to_numpy(float) for s in seeds}
+    # every draw at once (each seed has every strength: draws of one size): (n, rows, [strength, delta])
+    picks = np.stack([np.concatenate([groups[s] for s in rng.choice(seeds, len(seeds))]) for _ in range(n)])
+    ranked = sps.rankdata(picks, axis=1)  # ties averaged; Spearman's rho = Pearson's r of the ranks
+    ranked -= ranked.mean(axis=1, keepdims=True)
+    x, y = ranked[..., 0], ranked[..., 1]
+    both_vary = (np.ptp(picks, axis=1) > 0).all(axis=1)
+    rhos = ((x * y).sum(axis=1) / np.sqrt((x * x).sum(axis=1) * (y * y).sum(axis=1)))[both_vary]
     return float(np.percentile(rhos, 2.5)), float(np.percentile(rhos, 97.5))
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +36,45 @@ def ray_cluster(ray_env):
         yield ray
     finally:
         ray.shutdown()
+
+
+_EARLY: dict = {}  # "dir", "process": what start_early started
+
+
+def _start_dry_run(out: Path) -> tuple[Path, subprocess.Popen]:
+    """``bash bench/gpu.sh --dry-run`` (seconds of imports, in its own processes), RAY_TMPDIR inside
+    ``out`` (its test checks that no Ray session appeared there)."""
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "RAY_TMPDIR": str(out / "ray_tmp"),
+           "HF_HUB_OFFLINE": "1"}
+    return out, subprocess.Popen(["bash", str(ROOT / "bench" / "gpu.sh"), "--dry-run"], cwd=ROOT, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _stop_early() -> None:
+    if "process" in _EARLY:
+        _, proc = _EARLY.pop("process")
+        proc.kill()
+        proc.communicate()
+    shutil.rmtree(_EARLY.pop("dir", "/nonexistent"), ignore_errors=True)
+
+
+def start_early(items):
+    """Called by tests/conftest.py when collection ends: the dry run starts then (when its test is
+    selected) and runs beside the tests before it."""
+    if any(item.originalname == "test_gpu_script_dry_run_without_cuda" for item in items):
+        _EARLY["dir"] = Path(tempfile.mkdtemp(prefix="qkgeom-gpu-dry-run-"))
+        _EARLY["process"] = _start_dry_run(_EARLY["dir"])
+        return _stop_early
+    return None
+
+
+@pytest.fixture(scope="module")
+def gpu_dry_run(tmp_path_factory):
+    out, proc = _EARLY.pop("process", None) or _start_dry_run(tmp_path_factory.mktemp("gpu_dry_run"))
+    yield out, proc
+    proc.kill()
+    proc.communicate()
+    _stop_early()
 
 
 def _check(out: dict, keys: set[str]) -> None:
@@ -61,15 +103,47 @@ def test_probe_cost_tiny() -> None:
     assert r["probe_in_steps"] > 0 and r["val_loss_in_steps"] > 0 and r["probe_rows"] == 2
 
 
-def test_reducer_scaling_tiny() -> None:
+def test_reducer_scaling_tiny(monkeypatch) -> None:
+    """End to end at 1× and 2×; the memory pass's two probes (a report under tracemalloc costs ~4×
+    a plain one) are stand-ins here that record their calls, and are checked for real below."""
     from bench import reducer_scaling
 
+    probed: list[str] = []
+
+    def probe(name: str, value):
+        def fake(fn) -> object:
+            assert callable(fn)
+            probed.append(name)
+            return value
+        return fake
+
+    monkeypatch.setattr(reducer_scaling, "peak_rss_delta_mb", probe("rss", (7.0, "VmHWM after clear_refs")))
+    monkeypatch.setattr(reducer_scaling, "tracemalloc_peak_mb", probe("tracemalloc", 3.0))
     out = reducer_scaling.main(["--tiny"])
     _check(out, {"time_at_smallest_s"})
     assert [r["scale"] for r in out["results"]] == [1, 2]
+    assert probed == ["rss", "tracemalloc"] * 2  # once per scale
     for r in out["results"]:
         assert r["report_median_s"] > 0 and r["layer_rows"] > 0
-        assert "peak_rss_delta_mb" in r and r["tracemalloc_peak_mb"] > 0
+        assert r["peak_rss_delta_mb"] == 7.0 and r["tracemalloc_peak_mb"] == 3.0
+
+
+def test_reducer_memory_probes_see_an_allocation() -> None:
+    """The memory pass's probes, on a 64 MB NumPy array made and dropped inside the call."""
+    from bench.reducer_scaling import peak_rss_delta_mb, tracemalloc_peak_mb
+
+    mb = 64
+
+    def allocate() -> None:
+        a = np.ones(mb * 2**20 // 8)
+        assert a.sum() == a.size
+
+    assert mb <= tracemalloc_peak_mb(allocate) < 2 * mb
+    rss, method = peak_rss_delta_mb(allocate)
+    if method == "VmHWM after clear_refs":
+        assert mb * 0.9 <= rss < 2 * mb
+    else:  # ru_maxrss growth counts only what exceeds the process's earlier peak
+        assert method == "ru_maxrss growth" and rss >= 0
 
 
 def test_packing_tiny() -> None:
@@ -93,14 +167,14 @@ def test_sweep_overhead_tiny(tmp_path: Path, ray_cluster) -> None:
     assert out["ray_wall_s"] > 0 and out["mean_trial_s"] > 0
 
 
-def test_gpu_script_dry_run_without_cuda(tmp_path: Path) -> None:
-    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "--dry-run"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    if "no CUDA" in proc.stdout:
-        result = json.loads((tmp_path / "gpu_results.json").read_text())
+def test_gpu_script_dry_run_without_cuda(gpu_dry_run) -> None:
+    out, proc = gpu_dry_run
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stdout + stderr
+    if "no CUDA" in stdout:
+        result = json.loads((out / "gpu_results.json").read_text())
         assert result["cuda"] is False and result["measured"] is False
+    assert not list(out.glob("ray_tmp/**/session_*"))
 
 
 @pytest.mark.ray

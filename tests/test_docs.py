@@ -8,6 +8,7 @@ Not named after one module: it checks a document against the whole repository.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
@@ -43,10 +44,19 @@ def unresolved(refs: list[tuple[str, str]], headings: set[str]) -> list[str]:
     return [f"{where}: SPEC §{n}" for where, n in refs if n not in headings]
 
 
+def _files(root: Path):
+    """Every file under ``root``, not descending into SKIP_DIRS or a top-level ``*.egg-info``
+    (what ``root.rglob("*")`` yields less what the filter below drops: .venv alone is ~30k files)."""
+    for folder, dirs, files in os.walk(root):
+        top = Path(folder) == root
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not (top and d.endswith(".egg-info"))]
+        yield from (Path(folder) / f for f in files)
+
+
 def repository_refs(root: Path = ROOT) -> list[tuple[str, str]]:
     """(file:line, section) of every "SPEC §n" in the repository's Python and Markdown files."""
     out = []
-    for path in sorted(root.rglob("*")):
+    for path in sorted(_files(root)):
         rel = path.relative_to(root)
         if path.suffix not in (".py", ".md") or SKIP_DIRS.intersection(rel.parts[:-1]):
             continue

@@ -340,8 +340,9 @@ def test_stdlib_docs_text_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> N
     assert len(first) > 10_000 and first == second
 
 
-def test_stdlib_docs_text_size_and_content() -> None:
-    text = stdlib_docs_text()
+def test_stdlib_docs_text_size_and_content(stdlib_docs: str) -> None:
+    """``stdlib_docs_text()``, built in a subprocess beside the other tests (tests/conftest.py)."""
+    text = stdlib_docs
     assert 1_000_000 < len(text) < 3_000_000  # ~1.8M on CPython 3.11
     assert 80 <= len(set(text)) <= 200  # ~107 symbols
     assert "JSON (JavaScript Object Notation)" in text  # json's module docstring

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,10 @@ NO_GPUS = local_gpus() == 0
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, str]:
     """Bad (and good) user files for the table; ``{tmp}`` in argv is replaced by tmp_path."""
+    return _write_files(tmp_path)
+
+
+def _write_files(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "latin1.txt").write_bytes("caf\u00e9 au lait ".encode("latin-1") * 50)
     (tmp_path / "short.txt").write_text("too short", encoding="utf-8")
     (tmp_path / "text.txt").write_text("plenty of probe text here. " * 200, encoding="utf-8")
@@ -154,17 +160,64 @@ def test_bad_input_is_one_line_and_exit_2(no_ray, files, capsys, module, argv, n
         assert not (Path(tmp) / made).exists(), f"{made} created for a bad input"
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
+PROCESS_CASES = [
     (["-m", "sweep.baseline", "--preset", "smoke", "--checkpoint-every", "0"],
      "python -m sweep.baseline: error: --checkpoint-every must be >= 1, got 0"),
     (["-m", "sweep.store", "validate", "--store", "{tmp}/no-store"], "python -m sweep.store: error: --store"),
     (["-m", "model.train", "--corpus", "{tmp}/latin1.txt"], "is not UTF-8: byte 0xe9 at byte offset 3"),
-])
-def test_cli_process_exits_2_with_one_line(files, argv, needle) -> None:
-    tmp = files["tmp"]
-    env = {**os.environ, "RAY_ADDRESS": ""}
-    done = subprocess.run([sys.executable, *_fill(argv, tmp)], cwd=tmp, env={**env, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=120)
+]
+
+
+_EARLY: dict = {}  # "dir", "processes": what start_early started
+
+
+def _start_processes(root: Path) -> dict:
+    """Every process case at once (each is seconds of imports; they overlap), each in its own
+    folder of the user files with RAY_TMPDIR inside it: needle -> (folder, process)."""
+    started = {}
+    for i, (argv, needle) in enumerate(PROCESS_CASES):
+        (root / f"case{i}").mkdir()
+        tmp = _write_files(root / f"case{i}")["tmp"]
+        env = {**os.environ, "RAY_ADDRESS": "", "PYTHONPATH": str(ROOT), "RAY_TMPDIR": str(Path(tmp) / "ray_tmp"),
+               "HF_HUB_OFFLINE": "1"}
+        started[needle] = tmp, subprocess.Popen([sys.executable, *_fill(argv, tmp)], cwd=tmp, env=env,
+                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return started
+
+
+def _stop_early() -> None:
+    for _, proc in _EARLY.pop("processes", {}).values():
+        proc.kill()
+        proc.communicate()
+    shutil.rmtree(_EARLY.pop("dir", "/nonexistent"), ignore_errors=True)
+
+
+def start_early(items):
+    """Called by tests/conftest.py when collection ends: the process cases start then (when one is
+    selected) and run beside the tests before theirs."""
+    if any(item.originalname == "test_cli_process_exits_2_with_one_line" for item in items):
+        _EARLY["dir"] = Path(tempfile.mkdtemp(prefix="qkgeom-cli-"))
+        _EARLY["processes"] = _start_processes(_EARLY["dir"])
+        return _stop_early
+    return None
+
+
+@pytest.fixture(scope="module")
+def cli_processes(tmp_path_factory):
+    started = _EARLY.pop("processes", None) or _start_processes(tmp_path_factory.mktemp("cli"))
+    yield started
+    for _, proc in started.values():
+        proc.kill()
+        proc.communicate()
+    _stop_early()
+
+
+@pytest.mark.parametrize(("argv", "needle"), PROCESS_CASES)
+def test_cli_process_exits_2_with_one_line(cli_processes, argv, needle) -> None:
+    tmp, proc = cli_processes[needle]
+    assert proc.args[1:] == _fill(argv, tmp)
+    stdout, stderr = proc.communicate(timeout=120)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert needle.replace("{tmp}", tmp) in done.stderr.strip().splitlines()[-1]

@@ -79,4 +79,4 @@ def test_missing_bucket_is_a_store_error(s3_endpoint: str) -> None:
 def test_unreachable_endpoint_is_a_store_error(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed_port()}")
     with pytest.raises(StoreError, match=r"not writable.*(?i:connect)"):
-        Store("s3://bucket/prefix").check_writable()
+        Store("s3://bucket/prefix", retries=1).check_writable()  # one try: the same error, without backoff
