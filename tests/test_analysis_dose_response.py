@@ -183,7 +183,8 @@ def test_section_without_a_sweep_is_left_out(tmp_path) -> None:
     from sweep import report
     from sweep.synthetic import make_synthetic_store
 
-    report.build_report(make_synthetic_store(baseline=False, checkpoints=False, iv_epochs=3), tmp_path)
+    report.build_report(make_synthetic_store(baseline=False, checkpoints=False, iv_epochs=3), tmp_path,
+                        figures=False)
     s = json.loads((tmp_path / "stats.json").read_text())
     assert s["dose_response"] is None and not any(k.startswith("dose_response") for k in s["missing"])
     assert not any(r["section"] == "dose_response" for r in s["scorecard"])

@@ -107,7 +107,7 @@ def test_report_on_unknown_names_lists_them(tmp_path):
         df = tables[t]
         df["init"] = df["init"].replace(DEFAULT_INIT, "someones_regime")
         df["condition"] = df["condition"].replace("freeze_q", "someones_condition")
-    s = report.build_report(tables, tmp_path)
+    s = report.build_report(tables, tmp_path, figures=False)
     assert s["unknown_names"] == {"inits": ["someones_regime"], "conditions": ["someones_condition"]}
     md = (tmp_path / "report.md").read_text()
     assert "unknown names" in md and "someones_regime" in md and "someones_condition" in md
