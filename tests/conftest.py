@@ -47,11 +47,6 @@ is found after the test and fails it.
   subprocess started as soon as collection ends when a selected test uses the fixture, so that its
   ~5 s of parsing the standard library runs beside the other tests (test_model_corpus.py).
 
-Early processes: a test module may define ``start_early(items)``; when collection ends it is
-called with the module's selected tests, to start the processes they will wait for, so that
-these run beside the tests before them (test_sweep_cli.py, test_bench_smoke.py). What it
-returns, if not None, is called when the session ends (to stop what is left and clean up).
-
 GC: when collection ends, ``gc.freeze()`` moves everything imported so far out of the cyclic
 collector's reach, so that a ``gc.collect()`` (the checkpoint probe frees each model so; ~0.25 s
 each on the whole heap) and the collector's own full passes scan only what the tests create.
@@ -174,7 +169,6 @@ def revisions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[
     return out
 
 
-_EARLY_STOPS: list = []  # what start_early returned: called when the session ends
 _STDLIB_DOCS: dict = {}  # "dir", "proc": the background build of the stdlib-docs text
 
 
@@ -195,12 +189,6 @@ def pytest_collection_finish(session):
     gc.freeze()
     if session.config.option.collectonly:
         return
-    for module in dict.fromkeys(getattr(item, "module", None) for item in session.items):
-        start = getattr(module, "start_early", None)
-        if callable(start):
-            stop = start([item for item in session.items if getattr(item, "module", None) is module])
-            if stop is not None:
-                _EARLY_STOPS.append(stop)
     if any("stdlib_docs" in getattr(item, "fixturenames", ()) for item in session.items):
         _start_stdlib_docs()
 
@@ -284,8 +272,6 @@ def ray_only_when_marked(request, monkeypatch):
 def pytest_sessionfinish(session, exitstatus):
     for folder in _RAY_SCRATCH:
         shutil.rmtree(folder, ignore_errors=True)
-    for stop in _EARLY_STOPS:
-        stop()
     if _STDLIB_DOCS:
         _STDLIB_DOCS["proc"].kill()
         _STDLIB_DOCS["proc"].communicate()

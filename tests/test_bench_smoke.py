@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +36,6 @@ def ray_cluster(ray_env):
         ray.shutdown()
 
 
-_EARLY: dict = {}  # "dir", "process": what start_early started
-
-
 def _start_dry_run(out: Path) -> tuple[Path, subprocess.Popen]:
     """``bash bench/gpu.sh --dry-run`` (seconds of imports, in its own processes), RAY_TMPDIR inside
     ``out`` (its test checks that no Ray session appeared there)."""
@@ -50,31 +45,12 @@ def _start_dry_run(out: Path) -> tuple[Path, subprocess.Popen]:
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _stop_early() -> None:
-    if "process" in _EARLY:
-        _, proc = _EARLY.pop("process")
-        proc.kill()
-        proc.communicate()
-    shutil.rmtree(_EARLY.pop("dir", "/nonexistent"), ignore_errors=True)
-
-
-def start_early(items):
-    """Called by tests/conftest.py when collection ends: the dry run starts then (when its test is
-    selected) and runs beside the tests before it."""
-    if any(item.originalname == "test_gpu_script_dry_run_without_cuda" for item in items):
-        _EARLY["dir"] = Path(tempfile.mkdtemp(prefix="qkgeom-gpu-dry-run-"))
-        _EARLY["process"] = _start_dry_run(_EARLY["dir"])
-        return _stop_early
-    return None
-
-
 @pytest.fixture(scope="module")
 def gpu_dry_run(tmp_path_factory):
-    out, proc = _EARLY.pop("process", None) or _start_dry_run(tmp_path_factory.mktemp("gpu_dry_run"))
+    out, proc = _start_dry_run(tmp_path_factory.mktemp("gpu_dry_run"))
     yield out, proc
     proc.kill()
     proc.communicate()
-    _stop_early()
 
 
 def _check(out: dict, keys: set[str]) -> None:

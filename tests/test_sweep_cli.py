@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -168,9 +166,6 @@ PROCESS_CASES = [
 ]
 
 
-_EARLY: dict = {}  # "dir", "processes": what start_early started
-
-
 def _start_processes(root: Path) -> dict:
     """Every process case at once (each is seconds of imports; they overlap), each in its own
     folder of the user files with RAY_TMPDIR inside it: needle -> (folder, process)."""
@@ -185,31 +180,13 @@ def _start_processes(root: Path) -> dict:
     return started
 
 
-def _stop_early() -> None:
-    for _, proc in _EARLY.pop("processes", {}).values():
-        proc.kill()
-        proc.communicate()
-    shutil.rmtree(_EARLY.pop("dir", "/nonexistent"), ignore_errors=True)
-
-
-def start_early(items):
-    """Called by tests/conftest.py when collection ends: the process cases start then (when one is
-    selected) and run beside the tests before theirs."""
-    if any(item.originalname == "test_cli_process_exits_2_with_one_line" for item in items):
-        _EARLY["dir"] = Path(tempfile.mkdtemp(prefix="qkgeom-cli-"))
-        _EARLY["processes"] = _start_processes(_EARLY["dir"])
-        return _stop_early
-    return None
-
-
 @pytest.fixture(scope="module")
 def cli_processes(tmp_path_factory):
-    started = _EARLY.pop("processes", None) or _start_processes(tmp_path_factory.mktemp("cli"))
+    started = _start_processes(tmp_path_factory.mktemp("cli"))
     yield started
     for _, proc in started.values():
         proc.kill()
         proc.communicate()
-    _stop_early()
 
 
 @pytest.mark.parametrize(("argv", "needle"), PROCESS_CASES)
