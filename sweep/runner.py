@@ -37,6 +37,7 @@ from sweep.options import TrialOptions
 from sweep.packing import check_pack, describe_plan, plan_frame, plan_packs
 from sweep.presets import Preset
 from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
+from sweep.resume import experiment_trials, repair_checkpoints
 from sweep.spec import LEGACY_VERSION, SPEC_VERSION, TrialSpec, cell_of, check_versions, runs_of
 from sweep.store import Store, StoreError, sweep_lock
 
@@ -204,7 +205,8 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     if settings.resume and not restorable:
         raise UsageError(f"--resume: no restorable experiment at {path}")
     if restorable:  # a run spec version this code cannot read stops here, before anything restarts
-        version = check_versions(_trial_configs(path), path)
+        trials = experiment_trials(path)
+        version = check_versions([t.config for t in trials], path)
     store.check_writable()  # a clear error now rather than in every trial
     if storage != store_uri:  # Tune's storage too, before Ray starts (a missing bucket, a typo)
         try:
@@ -215,6 +217,10 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
           f"{corpus.vocab_size} symbols, {len(corpus.train):,} train tokens")
     if preset.note:
         print(f"[{name}] note: {preset.note}")
+
+    if restorable:  # a checkpoint the state names but Tune deleted (sweep/resume.py), before Ray starts
+        for line in repair_checkpoints(trials):
+            print(f"[{name}] {line}")
 
     import ray
 
@@ -274,21 +280,6 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     finally:
         if started:
             ray.shutdown()
-
-
-def _trial_configs(path: str) -> list[dict]:
-    """Each trial's own config from an experiment's state (trials without results included)."""
-    import logging
-
-    from ray import tune
-
-    quiet = logging.getLogger("ray.tune.analysis.experiment_analysis")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # one warning per trial without results otherwise
-    try:
-        return [t.config for t in tune.ExperimentAnalysis(path).trials]
-    finally:
-        quiet.setLevel(level)
 
 
 def summarize(results) -> pd.DataFrame:
