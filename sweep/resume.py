@@ -65,7 +65,10 @@ def replace_missing(checkpoint: Any) -> str | None:
             siblings.append((int(match.group(1)), info.path))
     for _, path in sorted(siblings, reverse=True):
         if loadable(tune.Checkpoint(path, filesystem=fs)):
-            fs.move(path, checkpoint.path)
+            # copy, then delete: S3 cannot rename a directory
+            fs.create_dir(checkpoint.path)
+            pafs.copy_files(path, checkpoint.path, source_filesystem=fs, destination_filesystem=fs)
+            fs.delete_dir(path)
             return posixpath.basename(path)
     return None
 

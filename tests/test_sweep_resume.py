@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import s3_server
 import torch
 from pyarrow import fs as pafs
 from ray import tune
@@ -40,7 +41,7 @@ def _missing(trial_dir: Path, index: int) -> tune.Checkpoint:
     return tune.Checkpoint(str(trial_dir / f"checkpoint_{index:06d}"), filesystem=pafs.LocalFileSystem())
 
 
-def test_the_newest_sibling_that_loads_takes_the_missing_place(tmp_path):
+def _trial_dir(tmp_path: Path) -> Path:
     trial_dir = tmp_path / "trial"
     _checkpoint(trial_dir, 0, "state")
     _checkpoint(trial_dir, 2, "state")
@@ -48,11 +49,31 @@ def test_the_newest_sibling_that_loads_takes_the_missing_place(tmp_path):
     _checkpoint(trial_dir, 4, "pickle")
     _checkpoint(trial_dir, 5, "empty")
     (trial_dir / "checkpoint_000009.tmp").mkdir()  # not a checkpoint directory
-    assert replace_missing(_missing(trial_dir, 1)) == "checkpoint_000002"
-    state = load_state(trial_dir / "checkpoint_000001" / STATE_FILE)
+    return trial_dir
+
+
+def _assert_moved(fs: pafs.FileSystem, trial_dir: str, local: Path) -> None:
+    local.mkdir()
+    pafs.copy_files(f"{trial_dir}/checkpoint_000001", str(local), source_filesystem=fs)
+    state = load_state(local / STATE_FILE)
     assert state["epoch"] == 2 and torch.equal(state["w"], torch.full((3,), 2.0))
-    assert not (trial_dir / "checkpoint_000002").exists()  # moved, not copied
-    assert (trial_dir / "checkpoint_000003").exists() and (trial_dir / "checkpoint_000000").exists()
+    left = {i.base_name for i in fs.get_file_info(pafs.FileSelector(trial_dir))}
+    assert {"checkpoint_000000", "checkpoint_000003"} <= left and "checkpoint_000002" not in left  # moved
+
+
+def test_the_newest_sibling_that_loads_takes_the_missing_place(tmp_path):
+    trial_dir = _trial_dir(tmp_path)
+    assert replace_missing(_missing(trial_dir, 1)) == "checkpoint_000002"
+    _assert_moved(pafs.LocalFileSystem(), str(trial_dir), tmp_path / "check")
+
+
+def test_the_same_on_s3(tmp_path, s3_endpoint):
+    fs = pafs.S3FileSystem(endpoint_override=s3_endpoint, region="us-east-1")
+    remote = f"{s3_server.create_bucket(s3_endpoint)}/exp/trial"
+    pafs.copy_files(str(_trial_dir(tmp_path)), remote, destination_filesystem=fs)
+    missing = tune.Checkpoint(f"{remote}/checkpoint_000001", filesystem=fs)
+    assert replace_missing(missing) == "checkpoint_000002"
+    _assert_moved(fs, remote, tmp_path / "check")
 
 
 def test_repair_touches_only_trials_to_restore_whose_checkpoint_is_gone(tmp_path):
