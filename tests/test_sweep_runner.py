@@ -31,6 +31,7 @@ from sweep_helpers import assert_store_complete, dirs
 from sweep import baseline, browse, interventions
 from sweep.faults import FAILURE_MARKER
 from sweep.presets import ALL_CONDITIONS, BASELINE_PRESETS
+from sweep.resume import loadable
 from sweep.spec import cell_of
 from sweep.store import Store
 
@@ -422,6 +423,22 @@ def _trial_states(experiment: Path) -> dict[tuple[str, int, int], tuple[str, str
             (t.status, t.checkpoint.path if t.checkpoint else None) for t in analysis.trials}
 
 
+def _lose_named_checkpoint(named: str) -> None:
+    """Leave what a driver killed inside Tune's snapshot lag leaves: the checkpoint the experiment state
+    names is gone, a newer one is on disk. ``num_to_keep`` deletes a checkpoint once a newer one
+    registers, and the state on disk may still name it; where no newer one has been written yet,
+    the named one is renamed to the next index instead."""
+    path = Path(named)
+    if not path.exists():  # Tune deleted it already
+        return
+    index = {d: int(d.name.rsplit("_", 1)[1]) for d in path.parent.glob("checkpoint_*")}
+    if any(i > index[path] and loadable(tune.Checkpoint(str(d))) for d, i in index.items()):
+        shutil.rmtree(path)
+    else:  # past every index on disk (a newer one may be half-written: the kill)
+        path.rename(path.with_name(f"checkpoint_{max(index.values()) + 1:06d}"))
+    assert not path.exists()
+
+
 def test_driver_killed_then_resume(local_ray, tmp_path, capsys):
     epochs, steps = 6, 120  # long enough for the second trial to be caught running, with a checkpoint
     argv = ["--preset", "smoke", "--depths", "1", "--epochs", str(epochs), "--steps-per-epoch", str(steps),
@@ -452,7 +469,7 @@ def test_driver_killed_then_resume(local_ray, tmp_path, capsys):
             if done:
                 states = _trial_states(experiment)
                 finished = {k for k, (status, _) in states.items() if status == "TERMINATED"}
-                # the other trial caught with a checkpoint: the state-referenced one is deleted below
+                # the other trial caught with a checkpoint the state names: made to be gone below
                 running = [c for k, (status, c) in states.items() if status != "TERMINATED" and c]
                 if finished and running:
                     break
@@ -462,11 +479,7 @@ def test_driver_killed_then_resume(local_ray, tmp_path, capsys):
     finally:
         _kill_session(proc)
         log.close()
-    # Tune's num_to_keep deletes a checkpoint as soon as a newer one registers, while the experiment
-    # state on disk may still name it (its snapshots lag): a killed driver can leave exactly this
-    # (and sometimes has already: then it is gone before the rmtree).
-    shutil.rmtree(running[0], ignore_errors=True)
-    assert not Path(running[0]).exists()
+    _lose_named_checkpoint(running[0])
 
     ep = store.read("epochs")
     completed_at_kill = set(ep.loc[ep["status"] == "completed", "run_id"])
