@@ -11,7 +11,6 @@ Sweeps use the ``smoke`` preset, so trial start-up dominates the time.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import shutil
@@ -31,7 +30,7 @@ from sweep_helpers import assert_store_complete, dirs
 from sweep import baseline, browse, interventions
 from sweep.faults import FAILURE_MARKER
 from sweep.presets import ALL_CONDITIONS, BASELINE_PRESETS
-from sweep.resume import loadable
+from sweep.resume import CHECKPOINT_DIR, experiment_trials, loadable
 from sweep.spec import cell_of
 from sweep.store import Store
 
@@ -410,17 +409,12 @@ def _trial_states(experiment: Path) -> dict[tuple[str, int, int], tuple[str, str
     """(init, depth, seed) -> (status, latest checkpoint path) of each trial the experiment state records."""
     if not list(experiment.glob("experiment_state-*.json")):
         return {}
-    quiet = logging.getLogger("ray.tune.analysis.experiment_analysis")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # trials without results yet: one warning per poll otherwise
     try:
-        analysis = tune.ExperimentAnalysis(str(experiment))
+        trials = experiment_trials(str(experiment))
     except Exception:  # state being written: try again
         return {}
-    finally:
-        quiet.setLevel(level)
     return {(cell_of(t.config)["init"], cell_of(t.config)["depth"], cell_of(t.config)["seed"]):
-            (t.status, t.checkpoint.path if t.checkpoint else None) for t in analysis.trials}
+            (t.status, t.checkpoint.path if t.checkpoint else None) for t in trials}
 
 
 def _lose_named_checkpoint(named: str) -> None:
@@ -431,7 +425,7 @@ def _lose_named_checkpoint(named: str) -> None:
     path = Path(named)
     if not path.exists():  # Tune deleted it already
         return
-    index = {d: int(d.name.rsplit("_", 1)[1]) for d in path.parent.glob("checkpoint_*")}
+    index = {d: int(m.group(1)) for d in path.parent.iterdir() if (m := CHECKPOINT_DIR.match(d.name))}
     if any(i > index[path] and loadable(tune.Checkpoint(str(d))) for d, i in index.items()):
         shutil.rmtree(path)
     else:  # past every index on disk (a newer one may be half-written: the kill)
