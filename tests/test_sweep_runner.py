@@ -111,6 +111,10 @@ def test_trials_spread_over_nodes_and_pack_four_per_gpu(two_gpu_nodes, tmp_path)
 # from their last checkpoints and the store ends with exactly one row per key (own cluster too)
 
 EPOCHS = 10
+# Epochs long next to the trials' staggered starts, so that the node goes while its trials still
+# run: at 20 steps (7 ms a step) the epochs were [2, 9, 9, 10] when the last trial reached 2, and
+# once both of the lost node's trials had finished (1 fresh-clone run of 2); at 60, [2, 3, 4, 6].
+STEPS = 60
 
 
 @pytest.fixture
@@ -126,7 +130,7 @@ def test_worker_node_removed_mid_sweep(two_nodes, tmp_path):
     lost, survivor = workers[1].node_id, workers[0].node_id
     store = Store(str(tmp_path / "store"))
     argv = ["--preset", "smoke", "--inits", "independent_xavier,qk_identical", "--depths", "2",
-            "--seed-list", "1,2", "--epochs", str(EPOCHS), "--steps-per-epoch", "20",
+            "--seed-list", "1,2", "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS),
             "--cpus-per-trial", "1", "--max-failures", "3", *dirs(tmp_path, "nodeloss")]
     out: dict = {}
     driver = threading.Thread(target=lambda: out.update(summary=baseline.main(argv)), daemon=True)
