@@ -13,16 +13,24 @@ The loop calls, in order:
 
 The loop knows no intervention by name; the registry maps names to classes.
 
+On CUDA the loop records its whole step (forward, ``extra_loss``, backward, clipping, AdamW) once
+as a CUDA graph and replays it (``model.graphs``); ``after_step`` runs after each replay, eagerly.
+A condition may be recorded only if its class declares ``graph_safe = True`` (not inherited, like
+``pack_aware``), promising that ``extra_loss`` and its hooks launch the same device work every step,
+never read a tensor's value on the host (no ``.item()``, no data-dependent Python branch) and keep
+no Python-side state that changes from step to step. Others train eagerly, with one line saying so.
+
 Packed trials (``model/pack.py``, SPEC §5.1) train K runs of one condition as one
 batched computation. A condition runs packed only if its class declares
 ``pack_aware = True`` (not inherited: a subclass that does not say so itself runs
 unpacked). Declaring it promises:
 
 - ``trainable`` gives the same answer for every member;
-- ``extra_loss`` and the forward hooks ``setup`` registers work under ``torch.vmap``: the
-  pack calls them on one extra instance, set up on a template model, inside the vmapped
-  forward, where weights and activations are one member's (batched underneath), so they
-  must not read state that differs between members;
+- ``extra_loss`` and the forward hooks ``setup`` registers work on the packed model: the pack
+  calls them on one extra instance set up on the ``GPT`` whose parameters are the stacked
+  weights ([K, ...], ``model.gpt``), so hooks see activations [K, B, T, d] and ``extra_loss``
+  returns one term per member, [K] (members must not mix: a term of member k reads only
+  member k's slice); that instance must not read state that differs between members;
 - per-member state (what ``setup`` records, ``after_step``, ``state_dict``) lives in each
   member's own instance, set up on a plain GPT whose parameters are views of that member's
   weights; ``after_step_packed`` runs them, and may be overridden to batch over members.
@@ -50,11 +58,15 @@ class Intervention:
     #: Whether a packed trial may train this condition (module docstring); each class declares
     #: it for itself, a subclass that does not is False.
     pack_aware: ClassVar[bool] = True
+    #: Whether its ``extra_loss`` and hooks may be recorded in a CUDA graph (module docstring);
+    #: each class declares it for itself, a subclass that does not is False.
+    graph_safe: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "pack_aware" not in cls.__dict__:
-            cls.pack_aware = False
+        for flag in ("pack_aware", "graph_safe"):
+            if flag not in cls.__dict__:
+                setattr(cls, flag, False)
 
     def __post_init__(self) -> None:
         for f in fields(self):

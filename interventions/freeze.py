@@ -33,6 +33,7 @@ class FreezeK(_FreezeProjection):
 
     name: ClassVar[str] = "freeze_k"
     pack_aware: ClassVar[bool] = True
+    graph_safe: ClassVar[bool] = True
     predicted: ClassVar[dict[str, int]] = {"attn_entropy": +1, "logit_std": -1, "qk_erank": +1}
     projection: ClassVar[str] = "k_proj"
 
@@ -46,5 +47,6 @@ class FreezeQ(_FreezeProjection):
 
     name: ClassVar[str] = "freeze_q"
     pack_aware: ClassVar[bool] = True
+    graph_safe: ClassVar[bool] = True
     predicted: ClassVar[dict[str, int]] = {"attn_entropy": +1}
     projection: ClassVar[str] = "q_proj"

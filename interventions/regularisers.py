@@ -25,23 +25,23 @@ from interventions.base import Intervention, register
 def participation_ratio_f32(x: Tensor) -> Tensor:
     """Differentiable participation ratio for a loss term.
 
-    x: [N, D]. Returns a float32 scalar ``tr(C)² / ‖C‖_F²`` of the centred
-    covariance C, which equals (Σλ)²/Σλ² (SPEC §4) without an eigensolver, so
-    gradients are plain matmuls. Float32 on purpose: float64 is slow on GPUs,
-    and the reported metric (``metrics.spectra.participation_ratio``, float64)
-    stays the reference. Autocast is disabled inside.
+    x: [..., N, D] (a pack: one [N, D] per member). Returns float32 ``tr(C)² / ‖C‖_F²`` [...]
+    of the centred covariance C, which equals (Σλ)²/Σλ² (SPEC §4) without an eigensolver, so
+    gradients are plain matmuls. Float32 on purpose: float64 is slow on GPUs, and the reported
+    metric (``metrics.spectra.participation_ratio``, float64) stays the reference. Autocast is
+    disabled inside.
     """
-    if x.dim() != 2 or x.shape[0] < 2:
-        raise ValueError(f"participation_ratio_f32 expects [N >= 2, D], got shape {tuple(x.shape)}")
-    n, d = x.shape
+    if x.dim() < 2 or x.shape[-2] < 2:
+        raise ValueError(f"participation_ratio_f32 expects [..., N >= 2, D], got shape {tuple(x.shape)}")
+    n, d = x.shape[-2:]
     with torch.autocast(device_type=x.device.type, enabled=False):
         x = x.float()
-        xc = x - x.mean(dim=0, keepdim=True)
+        xc = x - x.mean(dim=-2, keepdim=True)
         # the N×N Gram matrix has the same non-zero spectrum; use whichever is smaller
-        cov = xc.T @ xc if n >= d else xc @ xc.T  # (D, D) or (N, N)
+        cov = xc.mT @ xc if n >= d else xc @ xc.mT  # (..., D, D) or (..., N, N)
         cov = cov / (n - 1)
-        trace = torch.diagonal(cov).sum()
-        return trace**2 / (cov**2).sum().clamp_min(torch.finfo(torch.float32).tiny)
+        trace = torch.diagonal(cov, dim1=-2, dim2=-1).sum(-1)
+        return trace**2 / (cov**2).sum(dim=(-2, -1)).clamp_min(torch.finfo(torch.float32).tiny)
 
 
 @register
@@ -50,7 +50,7 @@ class ForcedKContraction(Intervention):
     """Push key participation down: loss += λ·Σ_ℓ PR(K_ℓ)/d_model on each training batch.
 
     K_ℓ is the batch's own key activations of layer ℓ ([B·T, d_model], heads
-    concatenated), captured by forward hooks on ``attn.hook_k`` with autograd
+    concatenated; in a pack one per member, and the term is [K]), captured by forward hooks on ``attn.hook_k`` with autograd
     intact (no second forward pass). Captures are taken only in training mode
     with grad enabled, so the no-grad validation and probe passes leave them
     alone. Default λ = 0.05. Predicted vs ``none``: attention entropy ↓,
@@ -59,13 +59,14 @@ class ForcedKContraction(Intervention):
 
     name: ClassVar[str] = "forced_k_contraction"
     pack_aware: ClassVar[bool] = True
+    graph_safe: ClassVar[bool] = True
     predicted: ClassVar[dict[str, int]] = {"attn_entropy": -1, "logit_std": +1, "qk_erank": -1}
 
     lam: float = 0.05  # λ, weight of Σ_ℓ PR(K_ℓ)/d_model in the loss
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._keys: dict[int, Tensor] = {}  # layer → [B·T, d_model] keys of the current batch
+        self._keys: dict[int, Tensor] = {}  # layer → [B·T, d_model] keys of the batch (a pack: [K, B·T, d_model])
         self._handles: list[RemovableHandle] = []
         self._n_layer = 0
         self._d_model = 0
@@ -81,7 +82,7 @@ class ForcedKContraction(Intervention):
     def _capture(self, layer: int):
         def hook(module: nn.Module, args: tuple[Tensor, ...], k: Tensor) -> None:
             if module.training and torch.is_grad_enabled():
-                self._keys[layer] = k.reshape(-1, k.shape[-1])  # (B·T, d_model)
+                self._keys[layer] = k.flatten(-3, -2)  # (B·T, d_model); a pack's k [K, B, T, d]: (K, B·T, d)
         return hook
 
     def remove_hooks(self) -> None:
@@ -99,8 +100,8 @@ class ForcedKContraction(Intervention):
                 "extra_loss must follow a training-mode forward pass with grad enabled, after setup(model)"
             )
         keys, self._keys = self._keys, {}  # drop the references so the graph can be freed
-        pr = torch.stack([participation_ratio_f32(keys[layer]) for layer in range(self._n_layer)])
-        return self.lam * pr.sum() / self._d_model
+        pr = torch.stack([participation_ratio_f32(keys[layer]) for layer in range(self._n_layer)])  # (L[, K])
+        return self.lam * pr.sum(0) / self._d_model
 
     def load_state_dict(self, state: dict) -> None:
         self._keys.clear()
@@ -109,11 +110,11 @@ class ForcedKContraction(Intervention):
 def qk_cos_loss(wq: Tensor, wk: Tensor) -> Tensor:
     """1 − mean_i cos(W_Q[i,:], W_K[i,:]), signed, float32, differentiable.
 
-    wq, wk: [D_out, D_in]. Unlike the reported alignment (|cos|, zero rows
+    wq, wk: [..., D_out, D_in] (a pack: [K, D_out, D_in]) → [...]. Unlike the reported alignment (|cos|, zero rows
     skipped) the sign counts here, so the pull is toward W_K ∥ +W_Q.
     """
     with torch.autocast(device_type=wq.device.type, enabled=False):
-        return 1 - F.cosine_similarity(wq.float(), wk.float(), dim=-1, eps=1e-8).mean()
+        return 1 - F.cosine_similarity(wq.float(), wk.float(), dim=-1, eps=1e-8).mean(-1)
 
 
 @register
@@ -127,6 +128,7 @@ class QKAlignReg(Intervention):
 
     name: ClassVar[str] = "qk_align_reg"
     pack_aware: ClassVar[bool] = True
+    graph_safe: ClassVar[bool] = True
     predicted: ClassVar[dict[str, int]] = {}
 
     lam: float = 1e-3  # λ, weight of Σ_ℓ (1 − mean_i cos) in the loss
@@ -135,4 +137,4 @@ class QKAlignReg(Intervention):
         if self.lam == 0:
             return None
         terms = [qk_cos_loss(b.attn.q_proj.weight, b.attn.k_proj.weight) for b in model.blocks]
-        return self.lam * torch.stack(terms).sum()
+        return self.lam * torch.stack(terms).sum(0)  # (L[, K]) → scalar (a pack: [K])

@@ -26,6 +26,7 @@ class KSpectrumClamp(Intervention):
 
     name: ClassVar[str] = "k_spectrum_clamp"
     pack_aware: ClassVar[bool] = True
+    graph_safe: ClassVar[bool] = True
     predicted: ClassVar[dict[str, int]] = {"attn_entropy": +1, "logit_std": -1, "qk_erank": +1}
 
     def __post_init__(self) -> None:

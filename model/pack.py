@@ -10,17 +10,18 @@ more; the others go on. Its weights (non-finite from that step on) still ride al
 batched step: nothing crosses between members, and dropping it would not shorten the step.
 
 How: the members' weights are stacked with a leading member dimension
-(``torch.func.stack_module_state``) and the one ``GPT`` definition runs over them with
-``torch.func.functional_call`` under ``torch.vmap``; ordinary autograd on the stacked leaves
-then gives every member the gradient of its own loss (members share no computation). AdamW is
-elementwise, so one optimiser over the stacked tensors keeps per-member state. Each member
-also has a plain ``GPT`` whose parameters are views of its slice: the probe runs on it, and so
-do its intervention's per-member hooks (``interventions.base``: ``pack_aware``).
+(``torch.func.stack_module_state``) and become the parameters of one packed ``GPT`` (the one
+model definition, ``model.gpt``: each layer runs all members in one batched kernel, and
+attention folds the members into SDPA's batch, so flash attention serves the whole pack; no
+``vmap``). It returns each member's loss [K]; ordinary autograd on ``loss.sum()`` gives every
+member the gradient of its own loss (members share no computation). AdamW is elementwise, so
+one optimiser over the stacked tensors keeps per-member state. Each member also has a plain
+``GPT`` whose parameters are views of its slice: the probe runs on it, and so do its
+intervention's per-member hooks (``interventions.base``: ``pack_aware``).
 
-Equal means equal to rounding (reports after 20 steps: ~1e-13 relative in float64, < 1e-4 in float32),
-not bit-identical, even for a pack of one: vmap's batched kernels sum in another order. So
-an unpacked run (``--pack 1``) stays a ``Trainer``. The CPU attention kernel has no vmap
-batching rule (PyTorch warns once and loops over the members for it); CUDA's kernels have.
+Equal means equal to rounding (reports after 20 steps: ~1e-13 relative in float64, < 1e-4 in
+float32), not bit-identical, even for a pack of one: batched kernels sum in another order. So an
+unpacked run (``--pack 1``) stays a ``Trainer``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, stack_module_state
+from torch.func import stack_module_state
 
 from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, probe_batch
 from model.gpt import GPT, GPTConfig
@@ -112,21 +113,6 @@ def _copy_with(model: GPT, tensors: dict[str, Tensor], requires_grad: bool = Fal
     return copy.deepcopy(model, memo)
 
 
-class _LossAndExtra(nn.Module):
-    """The template GPT's training loss and the intervention's extra loss, for ``functional_call``."""
-
-    def __init__(self, model: GPT, intervention: Intervention) -> None:
-        super().__init__()
-        self.model = model
-        self.intervention = intervention
-
-    def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        """x, y: [B, T] (one member under vmap) → (loss, loss + extra loss), scalars."""
-        _, loss = self.model(x, y)
-        extra = self.intervention.extra_loss(self.model)
-        return loss, loss if extra is None else loss + extra
-
-
 class PackedTrainer:
     """K runs of one shape: stacked weights, one batched step, per-member everything else.
 
@@ -163,22 +149,21 @@ class PackedTrainer:
             )
 
         built = [build_model(model_cfg, m.qk_init, m.model_seed).to(self.device) for m in self.members]
-        self.params, _ = stack_module_state(built)  # name → [K, ...] leaf tensors (the tied head once)
-        self._skeleton = built[0]  # never hooked: what the per-member GPTs are copied from
+        self._skeleton = built[0]  # never hooked: what the packed and per-member GPTs are copied from
+        stacked, _ = stack_module_state(built)  # name → [K, ...] (the tied head once)
+        #: the pack as one GPT: its parameters are the stacked weights [K, ...]
+        self.model = _copy_with(self._skeleton, {n: t.detach() for n, t in stacked.items()}, requires_grad=True)
+        self.params: dict[str, Tensor] = dict(self.model.named_parameters())  # name → [K, ...] leaves
         #: member i's plain GPT: its parameters are views of params[name][i]
         self.models = [_copy_with(self._skeleton, {n: t.detach()[i] for n, t in self.params.items()})
                        for i in range(K)]
         for iv, model in zip(self.interventions, self.models, strict=True):
             iv.setup(model)
-        # the forward runs the template (its own weights unused) with an instance whose
-        # extra_loss and capture hooks act inside vmap (the pack_aware contract)
-        self.template = _copy_with(self._skeleton, {n: t.detach()[0].clone() for n, t in self.params.items()})
+        # the step runs the packed model with an instance whose extra_loss and capture hooks act on
+        # all members at once (the pack_aware contract)
         self._graph_intervention = factory()
-        self._graph_intervention.setup(self.template)
-        self._loss_module = _LossAndExtra(self.template, self._graph_intervention)
-        self._prefixed = {f"model.{n}": t for n, t in self.params.items()}
-        losses = torch.vmap(self._member_losses)  # (params, x [K, B, T], y) → loss, loss + extra: [K] each
-        self._losses = torch.compile(losses) if cfg.compile and self.device.type == "cuda" else losses
+        self._graph_intervention.setup(self.model)
+        self._forward = torch.compile(self.model) if cfg.compile and self.device.type == "cuda" else self.model
 
         splits = [split_params(m, iv.trainable) for m, iv in zip(self.models, self.interventions, strict=True)]
         if any(s != splits[0] for s in splits):
@@ -250,21 +235,19 @@ class PackedTrainer:
     def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Every member's plain ``GPT.forward``, batched: x, y [K, B, T] (or [B, T], one batch for
         all) → logits [K, B, T, vocab], mean cross-entropy [K]."""
-        dim = 0 if x.dim() == 3 else None
-        return torch.vmap(lambda p, xx, yy: functional_call(self.template, p, (xx, yy)),
-                          in_dims=(0, dim, dim))(self.params, x, y)
+        return self._forward(x, y)
 
     @torch.no_grad()
     def val_losses(self) -> list[float]:
         """Each member's mean validation loss, as ``Trainer.val_loss`` computes it."""
-        self.template.eval()
+        self.model.eval()
         total = torch.zeros(len(self.members), device=self.device, dtype=torch.float64)
         bs = self.cfg.batch_size
         for i in range(0, len(self.val_x), bs):
             with self._autocast():
                 _, loss = self.forward(self.val_x[i:i + bs], self.val_y[i:i + bs])  # (K,)
             total += loss.double()
-        self.template.train()
+        self.model.train()
         return (total / math.ceil(len(self.val_x) / bs)).tolist()
 
     def _report(self, i: int, result: tuple[float, float, Tensor] | None, val_loss: float,
@@ -278,17 +261,20 @@ class PackedTrainer:
 
     # -- the loop ---------------------------------------------------------------
 
-    def _member_losses(self, params: dict[str, Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        return functional_call(self._loss_module, params, (x, y))
+    def _losses(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """x, y [K, B, T] → each member's loss and loss + extra loss, [K] each."""
+        _, loss = self._forward(x, y)
+        extra = self._graph_intervention.extra_loss(self.model)
+        return loss, loss if extra is None else loss + extra
 
     def _clip(self, grads: list[Tensor]) -> Tensor:
         """Clip each member's gradients to its own global norm (as ``clip_grad_norm_`` does for one
         run); grads: [K, ...] each. Returns the pre-clip norms [K]."""
-        norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1)  # (K, P)
+        norms = torch.stack([torch.linalg.vector_norm(g, dim=tuple(range(1, g.dim()))) for g in grads], dim=1)
         total = torch.linalg.vector_norm(norms, dim=1)  # (K,)
         coef = (self.cfg.grad_clip / (total + 1e-6)).clamp(max=1.0)
-        for g in grads:
-            g.mul_(coef.view(-1, *([1] * (g.dim() - 1))))
+        by_ndim = {n: coef.view(-1, *([1] * (n - 1))) for n in {g.dim() for g in grads}}
+        torch._foreach_mul_(grads, [by_ndim[g.dim()] for g in grads])
         return total
 
     def train_epoch(self) -> dict[int, tuple[float, float, Tensor] | None]:
@@ -297,7 +283,7 @@ class PackedTrainer:
         K, dev = len(self.members), self.device
         running = [i for i, s in enumerate(self.statuses) if s == "running"]
         live = set(running)
-        self.template.train()
+        self.model.train()
         qk_names = [f"blocks.{b}.attn.{p}.weight" for b in range(self.model_cfg.n_layer) for p in ("q_proj", "k_proj")]
         loss_sum = torch.zeros(K, device=dev, dtype=torch.float64)
         norm_sum = torch.zeros(K, device=dev, dtype=torch.float64)
@@ -310,7 +296,7 @@ class PackedTrainer:
             x = torch.stack([b[0] for b in batches])  # (K, B, T)
             y = torch.stack([b[1] for b in batches])
             with self._autocast():
-                loss, total = self._losses(self._prefixed, x, y)  # (K,), (K,)
+                loss, total = self._losses(x, y)  # (K,), (K,)
             self.scaler.scale(total.sum()).backward()  # members share nothing: each gets its own gradient
             self.scaler.unscale_(self.optimizer)
             qk_sum += torch.stack([torch.linalg.vector_norm(self.params[n].grad.flatten(1), dim=1)
@@ -323,7 +309,7 @@ class PackedTrainer:
             loss_sum += loss.detach().double()
             self.step += 1
             for i in live:
-                self.tokens_seen[i] += x[i].numel()
+                self.tokens_seen[i] += x.shape[1] * x.shape[2]
             if (step + 1) % self.cfg.check_every == 0 or step + 1 == self.steps_per_epoch:
                 finite = torch.isfinite(loss_sum).tolist()
                 for i in [i for i in live if not finite[i]]:
