@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import stack_module_state
 
+from model import graphs as graphs_mod
 from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, probe_batch
 from model.gpt import GPT, GPTConfig
 from model.qk_init import build_model
@@ -47,6 +48,7 @@ from model.train import (
     TrainConfig,
     diverged_report,
     epoch_report,
+    load_optimizer,
     make_adamw,
     resolve_amp,
     resolve_device,
@@ -123,7 +125,7 @@ class PackedTrainer:
     """
 
     def __init__(self, model_cfg: GPTConfig, members: Sequence[Member], corpus: Corpus,
-                 intervention: Callable[[], Intervention] | None = None) -> None:
+                 intervention: Callable[[], Intervention] | None = None, graphs: bool = True) -> None:
         from interventions.base import Intervention  # the loop sees only the hook interface
 
         factory = intervention or Intervention
@@ -141,6 +143,15 @@ class PackedTrainer:
             raise ValueError("fp16 autocast: the GradScaler would skip the step of the whole pack when one member "
                              "overflows; use amp bf16 or off, or train unpacked")
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        condition = self.interventions[0]
+        refused = graphs_mod.refusal(self.device, self.amp_dtype, condition) if graphs else "graphs=False"
+        self._graphs = self._val_graphs = refused is None
+        #: "on" (recorded, or to be recorded at the first epoch), or "off: why"
+        self.graph_status = "on" if self._graphs else f"off: {refused}"
+        if graphs and refused is not None and self.device.type == "cuda":
+            graphs_mod.announce(f"pack of {K}", refused)
+        self._step_graph: graphs_mod.StepGraph | None = None
+        self._val_graph: graphs_mod.ForwardGraph | None = None
         self.steps_per_epoch = cfg.steps_per_epoch or len(corpus.train) // (cfg.batch_size * model_cfg.context)
         if self.steps_per_epoch <= 0:
             raise ValueError(
@@ -164,6 +175,11 @@ class PackedTrainer:
         self._graph_intervention = factory()
         self._graph_intervention.setup(self.model)
         self._forward = torch.compile(self.model) if cfg.compile and self.device.type == "cuda" else self.model
+        self._qk_names = [f"blocks.{b}.attn.{p}.weight" for b in range(model_cfg.n_layer) for p in ("q_proj", "k_proj")]
+        #: the epoch's running sums per member (loss, pre-clip grad norm, [K, 2L] q/k grad norms), float64:
+        #: made once, so that a recorded step keeps writing into the same tensors
+        self._sums = tuple(torch.zeros(shape, device=self.device, dtype=torch.float64)
+                           for shape in ((K,), (K,), (K, len(self._qk_names))))
 
         splits = [split_params(m, iv.trainable) for m, iv in zip(self.models, self.interventions, strict=True)]
         if any(s != splits[0] for s in splits):
@@ -172,7 +188,7 @@ class PackedTrainer:
         for name in frozen:
             self.params[name].requires_grad_(False)
         self.optimizer = make_adamw([self.params[n] for n in decay], [self.params[n] for n in no_decay],
-                                    cfg, self.device)
+                                    cfg, self.device, capturable=self._graphs and self.device.type == "cuda")
         self.samplers = [BatchSampler(corpus.train, cfg.batch_size, model_cfg.context, m.train.seed, self.device)
                          for m in self.members]
         self.val_x, self.val_y = (t.to(self.device) for t in fixed_windows(
@@ -206,7 +222,8 @@ class PackedTrainer:
         with torch.no_grad():
             for name, t in self.params.items():
                 t.copy_(state["params"][name])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer(self.optimizer, state["optimizer"])
+        self._step_graph = None  # the loaded optimiser state is new tensors: record again
         self.scaler.load_state_dict(state["scaler"])
         for sampler, s in zip(self.samplers, state["samplers"], strict=True):
             sampler.load_state_dict(s)
@@ -230,7 +247,8 @@ class PackedTrainer:
     def _autocast(self):
         if self.amp_dtype is None:
             return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        # a CUDA graph must cast the weights on every replay, not once into autocast's cache
+        return torch.autocast(self.device.type, dtype=self.amp_dtype, cache_enabled=not self._graphs)
 
     def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Every member's plain ``GPT.forward``, batched: x, y [K, B, T] (or [B, T], one batch for
@@ -238,17 +256,32 @@ class PackedTrainer:
         return self._forward(x, y)
 
     @torch.no_grad()
-    def val_losses(self) -> list[float]:
-        """Each member's mean validation loss, as ``Trainer.val_loss`` computes it."""
-        self.model.eval()
+    def _val_total(self) -> Tensor:
+        """Σ over the fixed validation batches of each member's mean loss, float64 [K]."""
         total = torch.zeros(len(self.members), device=self.device, dtype=torch.float64)
         bs = self.cfg.batch_size
         for i in range(0, len(self.val_x), bs):
             with self._autocast():
                 _, loss = self.forward(self.val_x[i:i + bs], self.val_y[i:i + bs])  # (K,)
             total += loss.double()
+        return total
+
+    @torch.no_grad()
+    def val_losses(self) -> list[float]:
+        """Each member's mean validation loss, as ``Trainer.val_loss`` computes it."""
+        self.model.eval()
+        total = self._val_replay() if self._val_graphs else self._val_total()
         self.model.train()
-        return (total / math.ceil(len(self.val_x) / bs)).tolist()
+        return (total / math.ceil(len(self.val_x) / self.cfg.batch_size)).tolist()
+
+    def _val_replay(self) -> Tensor:
+        if self._val_graph is None:
+            try:
+                self._val_graph = graphs_mod.ForwardGraph(self._val_total)
+            except graphs_mod.GraphUnavailable as exc:
+                self._fall_back(exc)
+                return self._val_total()
+        return self._val_graph.replay()
 
     def _report(self, i: int, result: tuple[float, float, Tensor] | None, val_loss: float,
                 epoch_wall: float | None) -> EpochReport:
@@ -277,36 +310,61 @@ class PackedTrainer:
         torch._foreach_mul_(grads, [by_ndim[g.dim()] for g in grads])
         return total
 
+    def _body(self, x: Tensor, y: Tensor) -> None:
+        """One step's device work for every member (forward, extra loss, backward, norms, clip,
+        AdamW, running sums); x, y: [K, B, T]. The gradients are left for the caller to drop."""
+        loss_sum, norm_sum, qk_sum = self._sums
+        with self._autocast():
+            loss, total = self._losses(x, y)  # (K,), (K,)
+        self.scaler.scale(total.sum()).backward()  # members share nothing: each gets its own gradient
+        self.scaler.unscale_(self.optimizer)
+        zero = torch.zeros(len(self.members), device=self.device)
+        qk_sum += torch.stack([torch.linalg.vector_norm(self.params[n].grad.flatten(1), dim=1)
+                               if self.params[n].grad is not None else zero for n in self._qk_names], dim=1).double()
+        norm_sum += self._clip([p.grad for g in self.optimizer.param_groups for p in g["params"]]).double()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        loss_sum += loss.detach().double()
+
+    def _fall_back(self, exc: Exception) -> None:
+        """A recording failed: one line, and whatever is not recorded yet runs eagerly."""
+        graphs_mod.announce(f"pack of {len(self.members)}", str(exc))
+        self._graphs, self._val_graphs = False, self._val_graph is not None
+        self.graph_status = f"off: {exc}"
+
+    def _record(self, x: Tensor, y: Tensor) -> None:
+        """Record the step as a CUDA graph, or fall back to eager with one line."""
+        trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
+        try:
+            self._step_graph = graphs_mod.StepGraph(self._body, x, y, trainable, self.optimizer)
+        except graphs_mod.GraphUnavailable as exc:
+            self._fall_back(exc)
+
+    def _next_batch(self) -> tuple[Tensor, Tensor]:
+        batches = [s.next() for s in self.samplers]
+        return torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])  # (K, B, T) each
+
     def train_epoch(self) -> dict[int, tuple[float, float, Tensor] | None]:
         """One epoch of steps for the running members: member → (mean loss, mean pre-clip grad
         norm, [L, 2] mean q/k grad norms), or None for a member whose loss turned non-finite."""
-        K, dev = len(self.members), self.device
         running = [i for i, s in enumerate(self.statuses) if s == "running"]
         live = set(running)
         self.model.train()
-        qk_names = [f"blocks.{b}.attn.{p}.weight" for b in range(self.model_cfg.n_layer) for p in ("q_proj", "k_proj")]
-        loss_sum = torch.zeros(K, device=dev, dtype=torch.float64)
-        norm_sum = torch.zeros(K, device=dev, dtype=torch.float64)
-        qk_sum = torch.zeros(K, len(qk_names), device=dev, dtype=torch.float64)
-        zero = torch.zeros(K, device=dev)
-        trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
+        batch = self._next_batch()
+        if self._graphs and self._step_graph is None:
+            self._record(*batch)
+        loss_sum, norm_sum, qk_sum = self._sums
+        for t in self._sums:
+            t.zero_()
         results: dict[int, tuple[float, float, Tensor] | None] = {}
         for step in range(self.steps_per_epoch):
-            batches = [s.next() for s in self.samplers]
-            x = torch.stack([b[0] for b in batches])  # (K, B, T)
-            y = torch.stack([b[1] for b in batches])
-            with self._autocast():
-                loss, total = self._losses(x, y)  # (K,), (K,)
-            self.scaler.scale(total.sum()).backward()  # members share nothing: each gets its own gradient
-            self.scaler.unscale_(self.optimizer)
-            qk_sum += torch.stack([torch.linalg.vector_norm(self.params[n].grad.flatten(1), dim=1)
-                                   if self.params[n].grad is not None else zero for n in qk_names], dim=1).double()
-            norm_sum += self._clip([p.grad for p in trainable]).double()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.optimizer.zero_grad(set_to_none=True)
+            x, y = batch if step == 0 else self._next_batch()
+            if self._step_graph is not None:
+                self._step_graph.replay(x, y)
+            else:
+                self._body(x, y)
+                self.optimizer.zero_grad(set_to_none=True)
             self.interventions[0].after_step_packed(self.interventions, self.params, self.models)
-            loss_sum += loss.detach().double()
             self.step += 1
             for i in live:
                 self.tokens_seen[i] += x.shape[1] * x.shape[2]
@@ -317,10 +375,9 @@ class PackedTrainer:
                     live.discard(i)
                 if not live:
                     break
-        n = self.steps_per_epoch
+        means = (torch.cat([loss_sum[:, None], norm_sum[:, None], qk_sum], dim=1) / self.steps_per_epoch).cpu()
         for i in live:
-            results[i] = ((loss_sum[i] / n).item(), (norm_sum[i] / n).item(),
-                          (qk_sum[i] / n).view(-1, 2).cpu())
+            results[i] = (means[i, 0].item(), means[i, 1].item(), means[i, 2:].view(-1, 2))
         return {i: results[i] for i in running}
 
     def run(self, on_epoch: Callable[[int, EpochReport], None] | None = None) -> list[Status]:

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from metrics.probe import probe_layers
+from model import graphs as graphs_mod
 from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, load_corpus, probe_batch
 from model.gpt import GPTConfig
 from model.plugins import add_plugin_flag, preload
@@ -123,11 +124,22 @@ def split_params(model: nn.Module, trainable: Callable[[str, nn.Parameter], bool
 
 
 def make_adamw(decay: list[Tensor], no_decay: list[Tensor], cfg: TrainConfig,
-               device: torch.device) -> torch.optim.Optimizer:
-    """The recipe's AdamW: weight decay on ``decay`` only; fused on CUDA."""
+               device: torch.device, capturable: bool = False) -> torch.optim.Optimizer:
+    """The recipe's AdamW: weight decay on ``decay`` only; fused on CUDA (``capturable`` there
+    when its step is recorded in a CUDA graph: the step count lives on the device)."""
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda",
+                             capturable=capturable)
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(state)`` keeping this optimiser's own ``fused`` and
+    ``capturable`` (the saved groups carry those of the device that saved them)."""
+    own = [{k: g[k] for k in ("fused", "capturable") if k in g} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, flags in zip(optimizer.param_groups, own, strict=True):
+        group.update(flags)
 
 
 def epoch_report(model: nn.Module, probe_x: Tensor, epoch: int, status: Status, *,
@@ -156,10 +168,15 @@ def diverged_report(epoch: int, tokens_seen: int, wall_s: float) -> EpochReport:
 
 
 class Trainer:
-    """A single run: model, optimiser, data order and the per-epoch probe."""
+    """A single run: model, optimiser, data order and the per-epoch probe.
+
+    On CUDA (``graphs``, the default) each step's body is replayed from a CUDA graph
+    (``model.graphs``) and so is the validation loss; a run that cannot be recorded trains
+    eagerly and says why in one line (``graph_status``).
+    """
 
     def __init__(self, model_cfg: GPTConfig, cfg: TrainConfig, corpus: Corpus, qk_init: str,
-                 model_seed: int, intervention: Any | None = None) -> None:
+                 model_seed: int, intervention: Any | None = None, graphs: bool = True) -> None:
         from interventions.base import Intervention  # the loop sees only the hook interface
 
         if model_cfg.vocab_size != corpus.vocab_size:
@@ -176,12 +193,24 @@ class Trainer:
         self.model = build_model(model_cfg, qk_init, model_seed).to(self.device)
         self.intervention.setup(self.model)
         self._setup_precision()
+        refused = graphs_mod.refusal(self.device, self.amp_dtype, self.intervention) if graphs else "graphs=False"
+        self._graphs = self._val_graphs = refused is None
+        #: "on" (recorded, or to be recorded at the first epoch), or "off: why"
+        self.graph_status = "on" if self._graphs else f"off: {refused}"
+        if graphs and refused is not None and self.device.type == "cuda":
+            graphs_mod.announce(f"{qk_init} seed {model_seed}", refused)
+        self._step_graph: graphs_mod.StepGraph | None = None
+        self._val_graph: graphs_mod.ForwardGraph | None = None
         self.optimizer = self._make_optimizer()
         self.sampler = BatchSampler(corpus.train, cfg.batch_size, model_cfg.context, cfg.seed, self.device)
         self.val_x, self.val_y = (t.to(self.device) for t in fixed_windows(
             corpus.val, cfg.eval_batches * cfg.batch_size, model_cfg.context, VAL_SEED))
         self.probe_x = probe_batch(corpus, cfg.probe_seqs, model_cfg.context).to(self.device)
         self.forward = torch.compile(self.model) if cfg.compile and self.device.type == "cuda" else self.model
+        #: the epoch's running sums (loss, pre-clip grad norm, [2L] q/k grad norms), float64: made once,
+        #: so that a recorded step keeps writing into the same tensors
+        self._sums = tuple(torch.zeros(n, device=self.device, dtype=torch.float64)
+                           for n in ((), (), (2 * model_cfg.n_layer,)))
         self.epoch, self.step, self.tokens_seen, self.wall_s = 0, 0, 0, 0.0
         self.status: Status = "running"
 
@@ -194,14 +223,16 @@ class Trainer:
     def _autocast(self):
         if self.amp_dtype is None:
             return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        # a CUDA graph must cast the weights on every replay, not once into autocast's cache
+        return torch.autocast(self.device.type, dtype=self.amp_dtype, cache_enabled=not self._graphs)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         decay, no_decay, frozen = split_params(self.model, self.intervention.trainable)
         named = dict(self.model.named_parameters())
         for name in frozen:
             named[name].requires_grad_(False)
-        return make_adamw([named[n] for n in decay], [named[n] for n in no_decay], self.cfg, self.device)
+        return make_adamw([named[n] for n in decay], [named[n] for n in no_decay], self.cfg, self.device,
+                          capturable=self._graphs and self.device.type == "cuda")
 
     # -- state ------------------------------------------------------------------
 
@@ -221,7 +252,8 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer(self.optimizer, state["optimizer"])
+        self._step_graph = None  # the loaded optimiser state is new tensors: record again
         self.scaler.load_state_dict(state["scaler"])
         self.sampler.load_state_dict(state["sampler"])
         torch.set_rng_state(state["torch_rng"])
@@ -234,17 +266,32 @@ class Trainer:
     # -- measurement ------------------------------------------------------------
 
     @torch.no_grad()
-    def val_loss(self) -> float:
-        was_training = self.model.training
-        self.model.eval()
+    def _val_total(self) -> Tensor:
+        """Σ over the fixed validation batches of each batch's mean loss, float64 scalar."""
         total = torch.zeros((), device=self.device, dtype=torch.float64)
         bs = self.cfg.batch_size
         for i in range(0, len(self.val_x), bs):
             with self._autocast():
                 _, loss = self.forward(self.val_x[i:i + bs], self.val_y[i:i + bs])
             total += loss.double()
+        return total
+
+    @torch.no_grad()
+    def val_loss(self) -> float:
+        was_training = self.model.training
+        self.model.eval()
+        total = self._val_replay() if self._val_graphs else self._val_total()
         self.model.train(was_training)
-        return (total / math.ceil(len(self.val_x) / bs)).item()
+        return (total / math.ceil(len(self.val_x) / self.cfg.batch_size)).item()
+
+    def _val_replay(self) -> Tensor:
+        if self._val_graph is None:
+            try:
+                self._val_graph = graphs_mod.ForwardGraph(self._val_total)
+            except graphs_mod.GraphUnavailable as exc:
+                self._fall_back(exc)
+                return self._val_total()
+        return self._val_graph.replay()
 
     def _report(self, train_loss: float | None, grad_norm: float | None,
                 grad_qk: Tensor | None, epoch_wall: float | None) -> EpochReport:
@@ -256,32 +303,58 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------
 
+    def _body(self, x: Tensor, y: Tensor) -> None:
+        """One step's device work (forward, extra loss, backward, norms, clip, AdamW, running sums);
+        the gradients are left for the caller to drop."""
+        model, opt = self.model, self.optimizer
+        loss_sum, norm_sum, qk_sum = self._sums
+        qk_params = [p for b in model.blocks for p in (b.attn.q_proj.weight, b.attn.k_proj.weight)]
+        with self._autocast():
+            _, loss = self.forward(x, y)
+            extra = self.intervention.extra_loss(model)
+        total = loss if extra is None else loss + extra
+        self.scaler.scale(total).backward()
+        self.scaler.unscale_(opt)
+        zero = torch.zeros((), device=self.device)
+        qk_sum += torch.stack([p.grad.norm() if p.grad is not None else zero for p in qk_params]).double()
+        trainable = [p for g in opt.param_groups for p in g["params"]]
+        norm_sum += torch.nn.utils.clip_grad_norm_(trainable, self.cfg.grad_clip).double()
+        self.scaler.step(opt)
+        self.scaler.update()
+        loss_sum += loss.detach().double()
+
+    def _fall_back(self, exc: Exception) -> None:
+        """A recording failed: one line, and whatever is not recorded yet runs eagerly."""
+        graphs_mod.announce("run", str(exc))
+        self._graphs, self._val_graphs = False, self._val_graph is not None
+        self.graph_status = f"off: {exc}"
+
+    def _record(self, x: Tensor, y: Tensor) -> None:
+        """Record the step as a CUDA graph, or fall back to eager with one line."""
+        trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
+        try:
+            self._step_graph = graphs_mod.StepGraph(self._body, x, y, trainable, self.optimizer)
+        except graphs_mod.GraphUnavailable as exc:
+            self._fall_back(exc)
+
     def train_epoch(self) -> tuple[float, float, Tensor] | None:
         """One epoch of steps; returns (mean loss, mean pre-clip grad norm, [L, 2] mean q/k grad
         norms), or None when the loss turned non-finite."""
-        model, opt = self.model, self.optimizer
-        model.train()
-        qk_params = [p for b in model.blocks for p in (b.attn.q_proj.weight, b.attn.k_proj.weight)]
-        loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
-        norm_sum = torch.zeros((), device=self.device, dtype=torch.float64)
-        qk_sum = torch.zeros(len(qk_params), device=self.device, dtype=torch.float64)
-        zero = torch.zeros((), device=self.device)
-        trainable = [p for g in opt.param_groups for p in g["params"]]
+        self.model.train()
+        batch = self.sampler.next()
+        if self._graphs and self._step_graph is None:
+            self._record(*batch)
+        loss_sum, norm_sum, qk_sum = self._sums
+        for t in (loss_sum, norm_sum, qk_sum):
+            t.zero_()
         for i in range(self.steps_per_epoch):
-            x, y = self.sampler.next()
-            with self._autocast():
-                _, loss = self.forward(x, y)
-                extra = self.intervention.extra_loss(model)
-            total = loss if extra is None else loss + extra
-            self.scaler.scale(total).backward()
-            self.scaler.unscale_(opt)
-            qk_sum += torch.stack([p.grad.norm() if p.grad is not None else zero for p in qk_params]).double()
-            norm_sum += torch.nn.utils.clip_grad_norm_(trainable, self.cfg.grad_clip).double()
-            self.scaler.step(opt)
-            self.scaler.update()
-            opt.zero_grad(set_to_none=True)
-            self.intervention.after_step(model)
-            loss_sum += loss.detach().double()
+            x, y = batch if i == 0 else self.sampler.next()
+            if self._step_graph is not None:
+                self._step_graph.replay(x, y)
+            else:
+                self._body(x, y)
+                self.optimizer.zero_grad(set_to_none=True)
+            self.intervention.after_step(self.model)
             self.step += 1
             self.tokens_seen += x.numel()
             if (i + 1) % self.cfg.check_every == 0 and not torch.isfinite(loss_sum):

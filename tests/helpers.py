@@ -80,3 +80,35 @@ def np_effective_rank(m: np.ndarray) -> float:
     p = s / s.sum()
     p = p[p > 0]
     return float(np.exp(-(p * np.log(p)).sum()))
+
+
+class SimulatedGraphs:
+    """``model.graphs.backend`` on the CPU: the warm-up calls run, ``record`` returns the function
+    without calling it (a CUDA graph records without executing) and each replay calls it. What it
+    checks is the bookkeeping around a graph (the warm-up leaves no trace in the training, static
+    buffers, running sums, dropped gradients), not CUDA; ``fail`` makes the recordings from the
+    ``fail_from``-th on (0-based) raise it."""
+
+    def __init__(self, fail: str | None = None, fail_from: int = 0) -> None:
+        self.fail, self.fail_from = fail, fail_from
+        self.warm_ups = self.recorded = self.replays = 0
+
+    def warm_up(self, fn, calls: int) -> None:
+        self.warm_ups += calls
+        for _ in range(calls):
+            fn()
+
+    def record(self, fn):
+        if self.fail and self.recorded >= self.fail_from:
+            raise RuntimeError(self.fail)
+        self.recorded += 1
+
+        def replay():
+            self.replays += 1
+            return fn()
+
+        return replay
+
+    @staticmethod
+    def synchronize() -> None:
+        pass
