@@ -153,17 +153,42 @@ def test_gpu_script_dry_run_without_cuda(gpu_dry_run) -> None:
     assert not list(out.glob("ray_tmp/**/session_*"))
 
 
-@pytest.mark.ray
-def test_gpu_bench_parts_run_on_the_cpu(tmp_path: Path, ray_cluster) -> None:
-    """The GPU script's own parts, at a tiny size on the CPU: exercises its logic without a GPU."""
-    from bench import gpu_bench
+def test_gpu_report_tables_every_section_on_the_cpu(tmp_path: Path, capsys) -> None:
+    """bench/gpu.sh's sections at a tiny size on the CPU, then its report: every figure is in the
+    table and in gpu_results.json, and what did not run says "not measured"."""
+    from bench import gpu_bench, gpu_packing, pack_equivalence
 
-    out = gpu_bench.main(["--cpu-smoke", "--out", str(tmp_path)])
+    for name in ("unpacked", "unpacked_graphs", "pack12_graphs"):
+        assert gpu_packing.run_variant(name, tmp_path, "cpu", True, 0.01) == 0
+    eq = pack_equivalence.main(["--size", "tiny", "--k", "2", "--depth", "1", "--steps", "2",
+                                "--json", str(tmp_path / "equivalence-off.json")])
+    assert eq["held"], eq["worst"]  # CPU float32: the pack is far inside the backend noise
+    (tmp_path / "probe.json").write_text(json.dumps({"ratio": 3.5, "decomp_device": "cpu", "worst_depth": 8}))
+    result = gpu_bench.main(["--report", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
     saved = json.loads((tmp_path / "gpu_results.json").read_text())
-    assert saved["parts"].keys() == out["parts"].keys()
-    for part in ("eager_vs_compile", "fp32_vs_bf16", "concurrent_trials", "probe_cost"):
-        assert part in out["parts"], part
-        assert "error" not in out["parts"][part], out["parts"][part]
+    assert saved["targets"].keys() == result["targets"].keys()
+    assert set(saved["throughput"]["variants"]) == {"unpacked", "unpacked_graphs", "pack12_graphs"}
+    assert "unpacked with graphs ≥ 3× eager" in printed and "paper grid ≤ 2 h" in printed
+    assert "probe + validation at depth 8: 3.50 training steps" in printed and "target ≤ 5: met" in printed
+    assert "pack vs unpacked, cpu amp off, K = 2" in printed and "standard holds" in printed
+    assert "pack vs unpacked, amp bf16: not measured" in printed and "sweep twice: not measured" in printed
+
+
+@pytest.mark.ray
+def test_gpu_sweep_twice_on_the_cpu(tmp_path: Path) -> None:
+    """bench/gpu.sh's sweep section, tiny, on the CPU: both sweeps complete with equal rows, and each
+    trial's start is timed from its epoch-0 result (sweep.trial.StartClock)."""
+    from bench import gpu_sweep
+
+    result = gpu_sweep.main(["--tiny", "--out", str(tmp_path), "--timeout", "240"])
+    assert result["default"]["rc"] == 0 and result["pack1"]["rc"] == 0, result
+    assert result["compare"]["rows_equal"] and result["compare"]["rows"]["epochs"] == [4, 4]
+    for name in ("default", "pack1"):
+        start = result[name]["trial_start"]
+        assert set(start) == set(gpu_sweep.PHASES), start
+        assert 0 < start["sweep start → epoch 0 reported"][0] < result[name]["wall_s"]
+        assert len(result[name]["first_step_after_start_s"]) == 2
 
 
 def test_gpu_packing_variants_and_projection_on_the_cpu(tmp_path: Path, capsys) -> None:
@@ -173,11 +198,12 @@ def test_gpu_packing_variants_and_projection_on_the_cpu(tmp_path: Path, capsys) 
     per_epoch, baseline, interventions = gpu_packing.paper_grid_steps()
     assert per_epoch == 4394 and baseline + interventions == 9_095_580  # issue 23: ≈ 9.1M steps
     assert gpu_packing.projected_hours(1000.0) == pytest.approx((baseline + interventions * 8 / 6) / 1000 / 3600)
-    for name in ("unpacked", "pack4"):
+    for name in ("unpacked", "pack12"):
         assert gpu_packing.run_variant(name, tmp_path, "cpu", True, 0.01) == 0
     result = gpu_packing.summary(tmp_path)
     printed = capsys.readouterr().out
-    pack = result["variants"]["pack4"]
-    assert pack["k"] == 4 and pack["tokens_per_s"] > 0 and math.isfinite(pack["projected_paper_grid_h"])
+    pack = result["variants"]["pack12"]
+    assert pack["k"] == 12 and pack["tokens_per_s"] > 0 and math.isfinite(pack["projected_paper_grid_h"])
+    assert pack["graph_status"] == "off: graphs=False"
     assert result["variants"]["unpacked"]["speedup_vs_unpacked"] == 1.0
-    assert "paper grid: 9,095,580 run-steps" in printed and "pack4" in printed
+    assert "paper grid: 9,095,580 run-steps" in printed and "pack12" in printed
