@@ -46,6 +46,7 @@ from model.train import (
     EpochReport,
     Status,
     TrainConfig,
+    compile_model,
     diverged_report,
     epoch_report,
     load_optimizer,
@@ -174,7 +175,7 @@ class PackedTrainer:
         # all members at once (the pack_aware contract)
         self._graph_intervention = factory()
         self._graph_intervention.setup(self.model)
-        self._forward = torch.compile(self.model) if cfg.compile and self.device.type == "cuda" else self.model
+        self._forward = compile_model(self.model) if cfg.compile and self.device.type == "cuda" else self.model
         self._qk_names = [f"blocks.{b}.attn.{p}.weight" for b in range(model_cfg.n_layer) for p in ("q_proj", "k_proj")]
         #: the epoch's running sums per member (loss, pre-clip grad norm, [K, 2L] q/k grad norms), float64:
         #: made once, so that a recorded step keeps writing into the same tensors

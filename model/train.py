@@ -133,6 +133,16 @@ def make_adamw(decay: list[Tensor], no_decay: list[Tensor], cfg: TrainConfig,
                              capturable=capturable)
 
 
+def compile_model(model: nn.Module, backend: str = "inductor") -> Callable[..., Any]:
+    """``torch.compile(model)``, guarding on module hooks. Dynamo's default skips those guards, so a
+    worker that compiled a run without an intervention's capture hooks (``Trainer`` objects come and
+    go in one Ray worker) would replay that graph for a run with them: without the hooks."""
+    import torch._dynamo
+
+    torch._dynamo.config.skip_nnmodule_hook_guards = False
+    return torch.compile(model, backend=backend)
+
+
 def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """``optimizer.load_state_dict(state)`` keeping this optimiser's own ``fused`` and
     ``capturable`` (the saved groups carry those of the device that saved them)."""
@@ -206,7 +216,7 @@ class Trainer:
         self.val_x, self.val_y = (t.to(self.device) for t in fixed_windows(
             corpus.val, cfg.eval_batches * cfg.batch_size, model_cfg.context, VAL_SEED))
         self.probe_x = probe_batch(corpus, cfg.probe_seqs, model_cfg.context).to(self.device)
-        self.forward = torch.compile(self.model) if cfg.compile and self.device.type == "cuda" else self.model
+        self.forward = compile_model(self.model) if cfg.compile and self.device.type == "cuda" else self.model
         #: the epoch's running sums (loss, pre-clip grad norm, [2L] q/k grad norms), float64: made once,
         #: so that a recorded step keeps writing into the same tensors
         self._sums = tuple(torch.zeros(n, device=self.device, dtype=torch.float64)

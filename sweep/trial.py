@@ -11,9 +11,12 @@ own rows.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import pickle
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,10 @@ from sweep.spec import RunIdentity, TrialSpec, decode, plugins_of
 from sweep.store import Store
 
 STATE_FILE = "trainer.pt"
+#: what the checkpoint of epoch 0 holds: a trainer just built (seeded weights, sampler and
+#: optimiser untouched, the probe and validation change nothing) is that state, so a pack of 36
+#: at paper width does not write ~0.8 GB before its first step
+INITIAL = {"epoch": 0, "initial": True}
 
 
 def layer_mean(rows: list[dict[str, Any]], column: str) -> float | None:
@@ -85,12 +92,16 @@ def load_state(path: Path) -> dict[str, Any]:
 
 def restore(trainer: Any) -> int:
     """Load the trial's Tune checkpoint into ``trainer`` (a ``Trainer`` or ``PackedTrainer``), if
-    there is one; the epoch it holds (stored and reported already), else -1."""
+    there is one; the epoch it holds (stored and reported already), else -1. The checkpoint of
+    epoch 0 is a marker (``INITIAL``): a trainer just built is that state already."""
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
         return -1
     with checkpoint.as_directory() as d:
-        trainer.load_state_dict(load_state(Path(d) / STATE_FILE))
+        state = load_state(Path(d) / STATE_FILE)
+        if state == INITIAL:
+            return 0
+        trainer.load_state_dict(state)
     return trainer.epoch
 
 
@@ -103,17 +114,48 @@ def write_rows(store: Store, run: RunIdentity, report: EpochReport) -> None:
 
 
 def report_to_tune(trainer: Any, metrics: dict[str, Any], checkpoint: bool) -> None:
-    """``tune.report`` the epoch's scalars, with the trainer's whole state when ``checkpoint``."""
+    """``tune.report`` the epoch's scalars, with the trainer's whole state when ``checkpoint`` (at
+    epoch 0 the ``INITIAL`` marker: the initial state is rebuilt from the seeds, not saved)."""
     if not checkpoint:
         tune.report(metrics)
         return
     with tempfile.TemporaryDirectory() as d:
-        torch.save(trainer.state_dict(), Path(d) / STATE_FILE)
+        torch.save(INITIAL if trainer.epoch == 0 else trainer.state_dict(), Path(d) / STATE_FILE)
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+
+
+class StartClock:
+    """When this trial's worker process started, entered the trainable, had its trainer built and
+    had reported epoch 0 (unix seconds): the epoch-0 result carries them as ``start`` so that a
+    sweep can say where the time before its first step went (``bench/gpu_sweep.py``)."""
+
+    def __init__(self) -> None:
+        import psutil  # Ray's own dependency
+
+        self.marks = {"process": psutil.Process().create_time(), "trainable": time.time()}
+
+    def mark(self, name: str) -> None:
+        self.marks.setdefault(name, time.time())
+
+    def metrics(self, report: EpochReport) -> dict[str, Any]:
+        if report.epoch != 0:
+            return {}
+        self.mark("epoch0")
+        return {"start": dict(self.marks)}
+
+
+def _warm_cuda() -> None:
+    """Create the CUDA context in a thread while this one imports and builds the trainer (both
+    mostly CPU); the first CUDA call waits for it (``torch.cuda``'s lazy-init lock)."""
+    if ray.get_gpu_ids() and torch.cuda.is_available():
+        threading.Thread(target=torch.cuda.init, name="cuda-init", daemon=True).start()
+        importlib.import_module("torch._dynamo")  # torch.optim imports it on first use (~2 s): now, beside it
 
 
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     """Tune function trainable. ``config``: ``TrialSpec.to_config()`` (and, in crash tests, ``fault``)."""
+    clock = StartClock()
+    _warm_cuda()
     plugins_of(config).load()  # before the spec's names meet the registries
     spec = decode(config, corpus.vocab_size)
     for noisy in ("ray.train", "ray.tune"):  # one INFO line per checkpoint otherwise
@@ -121,11 +163,12 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     torch.set_num_threads(max(1, int(spec.options.cpus_per_trial)))
     fault = fault_from_config(config)
     if len(spec.runs) > 1:
-        train_pack(spec, corpus, fault)
+        train_pack(spec, corpus, fault, clock)
         return
     run = spec.runs[0]
     intervention = make_intervention(spec.condition, **dict(spec.strengths))  # SPEC §5 strengths
     trainer = Trainer(spec.model, spec.run_train(run, _device()), corpus, run.init, run.seed, intervention)
+    clock.mark("built")
     restored_epoch = restore(trainer)
     store = Store(spec.options.store)
     every = spec.options.checkpoint_every
@@ -135,8 +178,8 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
             return
         write_rows(store, run, report)
         _maybe_fail(fault, report.epoch)
-        report_to_tune(trainer, tune_metrics(report), checkpoint=not report.epoch % every
-                       or report.run["status"] != "running")
+        report_to_tune(trainer, {**tune_metrics(report), **clock.metrics(report)},
+                       checkpoint=not report.epoch % every or report.run["status"] != "running")
 
     trainer.run(on_epoch)
 
@@ -157,7 +200,7 @@ def pack_metrics(reports: dict[int, EpochReport], members: dict[str, dict[str, A
     return out
 
 
-def train_pack(spec: TrialSpec, corpus: Corpus, fault: FaultInjection | None) -> None:
+def train_pack(spec: TrialSpec, corpus: Corpus, fault: FaultInjection | None, clock: StartClock) -> None:
     """Train a pack's members as one batched model; each member's rows go to the store as its own run's.
 
     Tune gets one report per epoch, after every member still training has written that epoch's rows,
@@ -170,6 +213,7 @@ def train_pack(spec: TrialSpec, corpus: Corpus, fault: FaultInjection | None) ->
     members = [Member(r.init, r.seed, spec.run_train(r, device)) for r in spec.runs]
     trainer = PackedTrainer(spec.model, members, corpus,
                             lambda: make_intervention(spec.condition, **dict(spec.strengths)))
+    clock.mark("built")
     restored_epoch = restore(trainer)
     store = Store(spec.options.store)
     every = spec.options.checkpoint_every
@@ -188,7 +232,7 @@ def train_pack(spec: TrialSpec, corpus: Corpus, fault: FaultInjection | None) ->
         if waiting - set(epoch_reports):
             return  # other members' rows of this epoch still to come
         _maybe_fail(fault, report.epoch)
-        metrics = pack_metrics(epoch_reports, last)
+        metrics = {**pack_metrics(epoch_reports, last), **clock.metrics(report)}
         waiting = {j for j, r in epoch_reports.items() if r.run["status"] == "running"}
         epoch_reports.clear()
         report_to_tune(trainer, metrics, checkpoint=not report.epoch % every or not waiting)

@@ -301,3 +301,38 @@ def test_only_pack_aware_conditions_run_packed(registries) -> None:
         packable_condition("bogus")
     with pytest.raises(ValueError, match="does not declare itself pack_aware.*unpacked"):
         PackedTrainer(tiny_model_cfg(), members(), tiny_corpus(), _PluginFreeze)
+
+
+def _one_step(pack: PackedTrainer, forward, x: torch.Tensor, y: torch.Tensor):
+    """Each member's loss, loss + extra loss and gradients of one step through ``forward``."""
+    pack._forward = forward
+    loss, total = pack._losses(x, y)
+    total.sum().backward()
+    grads = {n: p.grad.clone() for n, p in pack.params.items() if p.grad is not None}
+    pack.optimizer.zero_grad(set_to_none=True)
+    return loss.detach(), total.detach(), grads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32], ids=["float32"], indirect=True)
+def test_the_compiled_pack_equals_the_eager_pack(dtype: torch.dtype) -> None:
+    """torch.compile of the packed GPT (inductor, on the CPU here; ``--compile`` on CUDA) traces as one
+    graph (no graph break) and gives the eager pack's losses and gradients. Then a pack without
+    hooks and one with capture hooks (forced_k_contraction) compiled in turn in the same process, as
+    in a Ray worker that trains one trial after another: dynamo must not replay the hook-less graph
+    (``compile_model`` guards on hooks; aot_eager: the same tracing, without inductor's C++ build)."""
+    from model.train import compile_model
+
+    V = tiny_model_cfg().vocab_size
+    x = torch.stack([random_tokens(4, 16, V, seed=i) for i in range(2)])
+    y = torch.stack([random_tokens(4, 16, V, seed=10 + i) for i in range(2)])
+    for cond, backend in (("none", "inductor"), ("none", "aot_eager"), ("forced_k_contraction", "aot_eager")):
+        pack = PackedTrainer(tiny_model_cfg(), members(MEMBERS[:2]), tiny_corpus(), condition(cond))
+        eager = _one_step(pack, pack.model, x, y)
+        torch._dynamo.utils.counters.clear()
+        got = _one_step(pack, compile_model(pack.model, backend), x, y)
+        assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])
+        torch.testing.assert_close(got[0], eager[0], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got[1], eager[1], rtol=1e-5, atol=1e-6)
+        assert got[2].keys() == eager[2].keys()
+        for name in eager[2]:
+            torch.testing.assert_close(got[2][name], eager[2][name], rtol=1e-4, atol=1e-6, msg=name)
