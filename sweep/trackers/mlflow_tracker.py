@@ -77,9 +77,13 @@ class MlflowTracker(Tracker):
         self.client = MlflowClient(tracking_uri=self.uri)
         self.client.search_experiments(max_results=1)  # reach the store or server now
 
-    def _experiment(self, name: str) -> str:
+    def _experiment(self, name: str, create: bool = True) -> str | None:
+        """The id of the experiment ``name`` (a deleted one is restored); None when there is none and
+        not ``create``."""
         if name not in self.experiments:
             found = self.client.get_experiment_by_name(name)
+            if found is None and not create:
+                return None
             if found is not None and found.lifecycle_stage == "deleted":
                 self.client.restore_experiment(found.experiment_id)
             artifacts = (self.folder.resolve() / "mlflow-artifacts" / name).as_uri() if self.default else None
@@ -89,8 +93,11 @@ class MlflowTracker(Tracker):
 
     def _existing(self, run: RunInfo) -> Any:
         """The active MLflow run of this store run, or None; one with other parameters is deleted."""
-        runs = self.client.search_runs([self._experiment(run.experiment)],
-                                       filter_string=f"tags.`{RUN_TAG}` = '{run.run_id}'", max_results=10)
+        experiment = self._experiment(run.experiment, create=False)
+        if experiment is None:
+            return None
+        runs = self.client.search_runs([experiment], filter_string=f"tags.`{RUN_TAG}` = '{run.run_id}'",
+                                       max_results=10)
         for other in runs:
             have = other.data.params
             if any(k in have and not same_value(have[k], v) for k, v in run.params.items()):
