@@ -48,6 +48,20 @@ class Expect:
         return self.holds(lo) and self.holds(hi)
 
 
+VERDICTS = ("reproduced", "direction only", "not reproduced", "not measured")
+
+
+def verdict(value: float | None, lo: float | None, hi: float | None, e: Expect) -> str:
+    """The verdict of one scorecard row (the four verdicts: ``analysis.scorecard``'s docstring)."""
+    if value is None:
+        return "not measured"
+    if not e.holds(value):
+        return "not reproduced"
+    if lo is not None and hi is not None and e.excludes_opposite(lo, hi):
+        return "reproduced"
+    return "direction only"
+
+
 @dataclass
 class Claim:
     """One scorecard row before its verdict."""
@@ -290,10 +304,3 @@ def checkpoint_claims(an: Analysis) -> list[Claim]:
                      PAPER_TEXT["checkpoints.gpt2_burst"], Expect(">", 0), unit="series",
                      reason="a shape claim about one named series; SPEC §8 defines no statistic for it"))
     return out
-
-
-def all_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
-    """Every registered section's claims, in report order (SPEC §9 and Appendix A for the built-in ones)."""
-    from analysis.compute import sections
-
-    return [c for sec in sections() for c in sec.claims(an, paper_scale)]

@@ -181,9 +181,7 @@ def _metric(cond: str, metric: str, sign: int | None, sub: pd.DataFrame, strengt
             reason = "2 seeds: interval from 3 distinct resamples (a weak check)"
     verdict = None
     if sign is not None:
-        from analysis.scorecard import verdict as decide  # here: analysis.scorecard imports compute
-
-        verdict = decide(rho, lo, hi, claims.Expect(">" if sign > 0 else "<", 0))
+        verdict = claims.verdict(rho, lo, hi, claims.Expect(">" if sign > 0 else "<", 0))
     return DoseMetric(metric, sign, _points(sub, col, strengths), rho, p, lo, hi, n_pairs, n_seeds, verdict, reason)
 
 

@@ -40,12 +40,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analysis.bootstrap import N_RESAMPLES, seed_bootstrap
-from analysis.claims import Expect, all_claims
-from analysis.compute import Analysis
+from analysis.claims import VERDICTS, Claim, Expect, verdict  # noqa: F401 (VERDICTS, verdict: re-exported)
+from analysis.compute import Analysis, sections
 from analysis.primitives import to_jsonable
 from analysis.section import Result
-
-VERDICTS = ("reproduced", "direction only", "not reproduced", "not measured")
 
 METHOD_NOTE = (
     "Interval: 95 % percentile bootstrap over whole seeds (scipy.stats.bootstrap, "
@@ -58,17 +56,6 @@ METHOD_NOTE = (
     "= direction holds, interval does not exclude the opposite; `not reproduced` = direction "
     "does not hold; `not measured` = the store lacks the data (reason given)."
 )
-
-
-def verdict(value: float | None, lo: float | None, hi: float | None, e: Expect) -> str:
-    """The verdict of one row (see the module docstring)."""
-    if value is None:
-        return "not measured"
-    if not e.holds(value):
-        return "not reproduced"
-    if lo is not None and hi is not None and e.excludes_opposite(lo, hi):
-        return "reproduced"
-    return "direction only"
 
 
 @dataclass
@@ -92,6 +79,11 @@ class ScorecardRow:
     paper_spread: str | None
     within_paper_spread: bool | None
     skipped_files: bool  # an unreadable store file belongs to this section's runs
+
+
+def all_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
+    """Every registered section's claims, in report order (SPEC §9 and Appendix A for the built-in ones)."""
+    return [c for sec in sections() for c in sec.claims(an, paper_scale)]
 
 
 def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,

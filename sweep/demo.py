@@ -50,6 +50,7 @@ from sweep.progress import format_duration
 from sweep.ray_env import init_ray
 from sweep.report import output_target, write_report
 from sweep.runner import SweepSettings, prepare_corpus, run_sweep
+from sweep.trackers import add_tracker_flags, check_trackers, trackers_from_args
 
 PROG = "python -m sweep.demo"
 #: Tiny series, extension probe and report after the sweeps (measured: 35 s + 9 s, LOG.md).
@@ -63,6 +64,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = parser(PROG, __doc__)
     add_plugin_flag(p)
     add_pack_flags(p)
+    add_tracker_flags(p)
     p.add_argument("--store", default=DEFAULT_STORE, help="Parquet store root: a path or s3://bucket/prefix")
     p.add_argument("--storage", default="runs/ray", help="Tune storage: a path or s3://bucket/prefix")
     p.add_argument("--out", help="report folder: a path or a URI like --store's "
@@ -87,6 +89,8 @@ def _main(args: argparse.Namespace) -> None:
     import ray
 
     local_ray_sizes(args.address, args.num_cpus)
+    trackers = trackers_from_args(args)
+    check_trackers("--tracker", trackers)  # known, and installed: before anything is timed or created
     tiny = Path(args.tiny_series)
     if tiny.exists() and not tiny.is_dir():
         raise UsageError(f"--tiny-series {args.tiny_series}: a file is in the way (need a folder)")
@@ -133,13 +137,14 @@ def _main(args: argparse.Namespace) -> None:
         print(f"\n== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
         t = time.perf_counter()
         run_sweep(baseline, SweepSettings(f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run,
-                                          plugins=plugins))
+                                          plugins=plugins, trackers=trackers, tracker_dir=args.tracker_dir))
         measured["baseline"] = time.perf_counter() - t
         print(f"\n== 2/4 interventions ({preset} preset, {len(interventions.seeds)} seeds) · {_elapsed(t0)} ==",
               flush=True)
         t = time.perf_counter()
         run_sweep(interventions, SweepSettings(f"interventions-{preset}", trial, pack=pack,
-                                               dry_run=args.dry_run, plugins=plugins))
+                                               dry_run=args.dry_run, plugins=plugins, trackers=trackers,
+                                               tracker_dir=args.tracker_dir))
         measured["interventions"] = time.perf_counter() - t
         if args.dry_run:
             print("\n== 3/4 checkpoint extension and 4/4 report: not run (dry run) ==")

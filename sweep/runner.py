@@ -38,8 +38,23 @@ from sweep.packing import check_pack, describe_plan, plan_frame, plan_packs
 from sweep.presets import Preset
 from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
 from sweep.resume import experiment_trials, repair_checkpoints
-from sweep.spec import LEGACY_VERSION, SPEC_VERSION, TrialSpec, cell_of, check_versions, runs_of
+from sweep.spec import (
+    LEGACY_VERSION,
+    SPEC_VERSION,
+    TrialSpec,
+    cell_of,
+    check_versions,
+    decode,
+    runs_of,
+)
 from sweep.store import Store, StoreError, sweep_lock
+from sweep.trackers import (
+    add_tracker_flags,
+    check_trackers,
+    make_trackers,
+    tracker_folder,
+    trackers_from_args,
+)
 
 
 def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
@@ -65,6 +80,7 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
                    help="continue an interrupted experiment (also automatic when one exists)")
     g.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
     add_pack_flags(g)
+    add_tracker_flags(g)
     add_plugin_flag(g)
     add_fault_flags(g)  # tests: inject one crash
 
@@ -85,6 +101,8 @@ class SweepSettings:
     dry_run: bool = False  # print the plan, train nothing
     fault: FaultInjection | None = None  # crash tests only (``sweep.faults``): not a user option
     plugins: Plugins = Plugins()  # --plugin modules: every trial imports them first
+    trackers: tuple[str, ...] = ()  # --tracker: experiment trackers every run is logged to, live
+    tracker_dir: str | None = None  # --tracker-dir: their local files (None: beside a local store)
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
@@ -93,6 +111,7 @@ class SweepSettings:
         at_least("--max-failures", self.max_failures, -1, " (-1 = retry forever)")
         local_ray_sizes(self.address, self.num_cpus, self.num_gpus)
         pack_request("--pack", self.pack)
+        check_trackers("--tracker", self.trackers)  # known, and its package installed
 
 
 def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSettings:
@@ -104,7 +123,8 @@ def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSett
     )
     return SweepSettings(name, trial, args.address, args.num_cpus, args.max_concurrent, args.max_failures,
                          args.resume, args.num_gpus, pack_request("--pack", args.pack), args.dry_run,
-                         fault_from_args(args, name), Plugins.from_args(args))
+                         fault_from_args(args, name), Plugins.from_args(args), trackers_from_args(args),
+                         args.tracker_dir)
 
 
 def prepare_corpus(preset: Preset) -> Corpus:
@@ -139,13 +159,26 @@ def _strength_tag(strengths: dict[str, float]) -> str:
     return "".join(f"-{k}{v:g}" for k, v in sorted((strengths or {}).items()))
 
 
-def _trial_name(trial) -> str:
-    c = cell_of(trial.config)
+def trial_name(config: dict) -> str:
+    """Tune's name of the trial of ``config`` (its ``trial_name_creator``; the store's ``runs`` table has it)."""
+    c = cell_of(config)
     tag = _strength_tag(c.get("strengths"))
     if "pack" in c:
-        first = runs_of(trial.config)[0]
+        first = runs_of(config)[0]
         return f"{c['condition']}{tag}-L{c['depth']}-pack{c['pack']}-{first.init}-s{first.seed}"
     return f"{c['condition']}{tag}-{c['init']}-L{c['depth']}-s{c['seed']}"
+
+
+def _trial_name(trial) -> str:
+    return trial_name(trial.config)
+
+
+def record_runs(store: Store, name: str, configs: list[dict], vocab_size: int) -> None:
+    """Write the store's ``runs`` row of every run of the sweep's trials (SPEC §6): its experiment,
+    trial, pack, model and recipe (idempotent: a resumed sweep rewrites the same rows)."""
+    for config in configs:
+        for row in decode(config, vocab_size).run_rows(name, trial_name(config)):
+            store.write_run(row)
 
 
 def _trial_dirname(trial) -> str:
@@ -224,8 +257,15 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
 
     import ray
 
+    sender = None
     started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
     try:
+        if settings.trackers:  # reached now: an unreachable one costs a line here, not the sweep
+            from sweep.trackers.sender import Sender
+
+            sender = Sender(make_trackers(settings.trackers, tracker_folder(settings.tracker_dir, store_uri)),
+                            prefix=f"[{name}] ")
+            sender.start()
         gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())  # the joined cluster's nodes
         packs, notes = plan_packs(cells, settings.pack, ray.cluster_resources().get("GPU", 0.0))
         for note in notes:
@@ -233,6 +273,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
         if any(p.size > 1 for p in packs) and not restorable:
             print(f"[{name}] {len(cells)} runs packed into {len(packs)} trials "
                   f"(--pack {settings.pack}; --dry-run lists the members)")
+        from sweep.trackers.live import Follower, StoreFollower, following
         from sweep.trial import train_cell
 
         options = replace(trial, store=store_uri, storage=storage,
@@ -250,8 +291,10 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                 print(f"[{name}] the experiment was started before the run spec (version {LEGACY_VERSION}): "
                       "its trials read their old configs")
             tuner = tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
+            configs = [t.config for t in trials]
         else:
             specs = [TrialSpec.of(p, options, corpus.vocab_size, settings.plugins).to_config() for p in packs]
+            configs = [{"spec": s} for s in specs]
             tuner = tune.Tuner(
                 trainable,
                 param_space={"spec": tune.grid_search(specs),
@@ -266,18 +309,28 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                     progress_reporter=_reporter(preset, len(packs), any(p.size > 1 for p in packs)),
                     failure_config=tune.FailureConfig(max_failures=settings.max_failures),
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                    # sends each trial's stored rows to --tracker's trackers (none: does nothing)
+                    callbacks=[StoreFollower()],
                 ),
             )
+        record_runs(store, name, configs, corpus.vocab_size)
+        follower = Follower(store, sender) if sender else None
         cores = ray.cluster_resources().get("CPU", 0.0)
         t0 = time.perf_counter()
-        with sweep_lock(store, name):
+        with sweep_lock(store, name), following(follower):
             results = tuner.fit()
         wall = time.perf_counter() - t0
+        if follower:  # what no callback sent (trials finished before a resume, a failed read)
+            follower.finish([r.config for r in results])
         summary = summarize(results)
         print_summary(name, summary, wall, store_uri, path, trials=len(results))
         print_efficiency(name, summary, wall, cores)
+        if sender:
+            print_trackers(name, sender, len(summary))
         return summary
     finally:
+        if sender:
+            sender.stop()
         if started:
             ray.shutdown()
 
@@ -319,6 +372,14 @@ def print_efficiency(name: str, summary: pd.DataFrame, wall: float, cores: float
     print(f"[{name}] efficiency {ratio:.2f}: the trainers' own training time {train:.0f} s / {cores:g} cores "
           f"over the sweep's {wall:.0f} s (the rest: per-epoch probes and validation, store writes, "
           "checkpoints, trial start, Ray, other programs)", flush=True)
+
+
+def print_trackers(name: str, sender, runs: int) -> None:
+    """One line per tracker that took the sweep: where its runs are (the command that opens or syncs them)."""
+    for tracker in sender.trackers:
+        if tracker.name not in sender.dead:
+            print(f"{tracker.name + ':':<12} {runs} runs, experiment {name}: {tracker.where()}")
+    sys.stdout.flush()
 
 
 def print_summary(name: str, summary: pd.DataFrame, wall: float, store: str, experiment: str,

@@ -17,6 +17,7 @@ before anything restarts (``check_versions``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
@@ -103,6 +104,16 @@ class TrialSpec:
         if len(self.runs) > 1:
             out["pack"] = len(self.runs)
         return out
+
+    def run_rows(self, experiment: str, trial: str) -> list[dict[str, Any]]:
+        """The store's ``runs`` rows of this trial's runs (SPEC §6): each run's identity, the experiment
+        and Tune trial it runs in, its place in the pack, the model and the recipe (with the run's seed;
+        without the device and ``compile``, which say where it ran, not what) as canonical JSON."""
+        model = json.dumps(asdict(self.model), sort_keys=True)
+        recipe = {k: v for k, v in asdict(self.train).items() if k not in ("device", "compile")}
+        return [{**run.row(), "experiment": experiment, "trial": trial, "pack": len(self.runs), "member": i,
+                 "model": model, "train": json.dumps({**recipe, "seed": run.seed}, sort_keys=True)}
+                for i, run in enumerate(self.runs)]
 
     def to_config(self) -> dict[str, Any]:
         """Plain data for Tune's config (kept in the experiment state; read back by ``decode``)."""

@@ -38,9 +38,10 @@ def test_schemas_byte_identical_to_before_the_move() -> None:
         i = schema.get_field_index("condition")
         return schema if i < 0 else schema.set(i, schema.field(i).with_name("intervention"))
 
-    got = {t: hashlib.sha256(before(s).serialize().to_pybytes()).hexdigest() for t, s in SCHEMAS.items()}
+    got = {t: hashlib.sha256(before(s).serialize().to_pybytes()).hexdigest() for t, s in SCHEMAS.items()
+           if t in SCHEMA_SHA256}  # the runs table came later (issue 28)
     assert got == SCHEMA_SHA256
-    assert [t for t, s in SCHEMAS.items() if "strengths" in s.names] == ["layers", "epochs"]
+    assert [t for t, s in SCHEMAS.items() if "strengths" in s.names] == ["layers", "epochs", "runs"]
 
 
 def test_vocabulary_imports_without_ray_arrow_or_torch() -> None:

@@ -91,6 +91,13 @@ CASES = [
     ("sweep.interventions", [*SWEEP, "--pack", "2"], "--pack 2: a shape (depth, condition) of the interventions "
      "grid has at most 1 run; use 1..1 or auto"),
     ("sweep.interventions", [*SWEEP, "--name", "a/b"], "got 'a/b'"),
+    ("sweep.baseline", [*SWEEP, "--tracker", "nosuch"], "--tracker nosuch: choose from mlflow, wandb"),
+    ("sweep.interventions", [*SWEEP, "--tracker", "mlflow,nosuch"], "--tracker nosuch: choose from mlflow, wandb"),
+    ("sweep.demo", ["--tracker", "wandb", "--tracker", "nosuch"], "--tracker nosuch: choose from mlflow, wandb"),
+    ("sweep.store", ["export", "--store", "{tmp}/empty-store", "--tracker", "nosuch"],
+     "--tracker nosuch: choose from mlflow, wandb"),
+    ("sweep.store", ["export", "--store", "{tmp}/empty-store"], "--tracker: give at least one tracker"),
+    ("sweep.store", ["export", "--store", "{tmp}/no-store", "--tracker", "mlflow"], "no store there (nothing to export)"),
     ("sweep.extension", [*EXT, "{tmp}/no-repo.json", "--actors", "0"], "--actors must be >= 1, got 0"),
     ("sweep.extension", [*EXT, "{tmp}/no-repo.json", "--n-seqs", "0"], "--n-seqs must be >= 1, got 0"),
     ("sweep.extension", [*EXT, "{tmp}/no-repo.json", "--seq-len", "1"], "--seq-len must be >= 2, got 1"),

@@ -61,7 +61,7 @@ def test_mixed_store_reads_as_one(stores: tuple[Store, Store]) -> None:
     assert len(mixed) == 14 and mixed["condition"].notna().all() and "intervention" not in mixed
     pd.testing.assert_frame_equal(mixed, new.read("layers"))
     report_ = validate(old)
-    assert report_.ok and report_.rows == {"layers": 14, "epochs": 6, "checkpoints": 0}, str(report_)
+    assert report_.ok and report_.rows == {"layers": 14, "epochs": 6, "checkpoints": 0, "runs": 0}, str(report_)
 
 
 def test_validate_passes_on_an_old_store(stores: tuple[Store, Store]) -> None:

@@ -130,3 +130,44 @@ def test_concurrent_processes_lose_nothing(tmp_path: Path) -> None:
         list(pool.map(store.write_layers, jobs))  # the Store pickles by its root
     df = store.read("layers")
     assert len(df) == 36 and df.groupby("run_id").size().tolist() == [6] * 6
+
+
+def _run_row(seed: int = 0, trial: str = "t0") -> dict:
+    return {**identity(seed), "experiment": "baseline-demo", "trial": trial, "pack": 2, "member": seed,
+            "model": '{"n_layer": 2}', "train": '{"epochs": 3}', "strengths": "{}"}
+
+
+def test_runs_table_one_file_per_run_rewritten_in_place_compacted_and_validated(tmp_path: Path) -> None:
+    from sweep.store import compact
+
+    store = Store(str(tmp_path))
+    path = store.write_run(_run_row(0))
+    assert path.endswith(f"/runs/{safe_name(identity(0)['run_id'])}/run.parquet")
+    store.write_run(_run_row(1))
+    store.write_run(_run_row(0, trial="t1"))  # a resumed sweep rewrites its rows
+    runs = store.read("runs")
+    assert runs["run_id"].tolist() == sorted([identity(0)["run_id"], identity(1)["run_id"]])
+    assert runs.set_index("member")["trial"].to_dict() == {0: "t1", 1: "t0"}
+    assert compact(store, "runs").dirs == 2 and store.read("runs").equals(runs)
+    store.write_run(_run_row(1, trial="t2"))  # its own file shadows the compacted row
+    assert store.read("runs").set_index("member")["trial"].to_dict() == {0: "t1", 1: "t2"}
+    report = validate(store)
+    assert report.ok and report.rows["runs"] == 2, str(report)
+
+
+def test_epoch_rows_reads_only_those_epochs_keeping_null_apart_from_nan(tmp_path: Path) -> None:
+    from sweep.store import compact
+
+    store = Store(str(tmp_path))
+    fill(store, seeds=1, epochs=3)
+    rid = identity(0)["run_id"]
+    store.write_epoch(epoch_row(3, train_loss=float("nan")))
+    rows = store.epoch_rows("epochs", rid, [0, 3])
+    assert [r["epoch"] for r in rows] == [0, 3]
+    assert rows[0]["train_loss"] is None and math.isnan(rows[1]["train_loss"])  # not measured vs undefined
+    layers = store.epoch_rows("layers", rid, [2])
+    assert [(r["epoch"], r["layer"]) for r in layers] == [(2, 0), (2, 1)]
+    assert store.epoch_rows("layers", rid, []) == []
+    compact(store)  # no per-epoch files left: read through the compacted file
+    assert [r["epoch"] for r in store.epoch_rows("epochs", rid, [1, 3])] == [1, 3]
+    assert store.epoch_rows("epochs", rid, [9]) == []

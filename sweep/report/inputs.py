@@ -17,7 +17,7 @@ from sweep.store.schema import TABLES
 def load_tables(
     root: str | os.PathLike, skipped: list[dict] | None = None
 ) -> dict[str, pd.DataFrame]:
-    """The store's three tables as DataFrames, each with its schema's columns (empty if absent).
+    """The store's tables as DataFrames, each with its schema's columns (empty if absent).
 
     Reads through ``Store``, not a bare ``pandas.read_parquet``: that skips a
     corrupt file with a warning and does not count rows twice while a compaction

@@ -7,6 +7,7 @@ directory holds ``=``, so pandas infers no partitions::
     {root}/layers/{run_id}/epoch-0003.parquet     one file per (run, epoch)
     {root}/epochs/{run_id}/epoch-0003.parquet
     {root}/checkpoints/{series}/{revision}.parquet
+    {root}/runs/{run_id}/run.parquet              one file per run: what it was started with
     {root}/{table}/{dir}/compacted.parquet        written by ``compact`` (sweep/store/compact.py)
     {root}/_locks/{name}.json                     ``sweep_lock`` (sweep/store/locks.py): a sweep is writing
 
@@ -49,6 +50,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "layers": ("run_id", "epoch"),
     "epochs": ("run_id", "epoch"),
     "checkpoints": ("series", "revision"),
+    "runs": ("run_id", "run_id"),
 }
 OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 HEARTBEAT_S = 30.0
@@ -72,9 +74,11 @@ def safe_name(name: object) -> str:
 
 
 def file_name(table: str, value: object) -> str:
-    """Name of the file holding one epoch (layers, epochs) or one revision (checkpoints)."""
+    """Name of the file holding one epoch (layers, epochs), one revision (checkpoints) or a run (runs)."""
     if table == "checkpoints":
         return f"{safe_name(value)}.parquet"
+    if table == "runs":
+        return "run.parquet"
     return f"epoch-{int(value):04d}.parquet"
 
 
@@ -221,6 +225,30 @@ class Store:
 
     def write_checkpoint(self, rows: list[dict]) -> str:
         return self.write("checkpoints", rows)
+
+    def write_run(self, row: dict) -> str:
+        return self.write("runs", [row])
+
+    def epoch_rows(self, table: str, run_id: str, epochs: list[int]) -> list[dict]:
+        """The rows of some epochs of one run (``layers`` or ``epochs``) as plain dicts (null stays
+        None, NaN stays NaN), sorted by key, reading only those epochs' own files; when one has none
+        (compacted, or not written), the run's whole directory. Unreadable files are skipped as
+        ``read`` skips them."""
+        if not epochs:
+            return []
+        schema = SCHEMAS[table]
+        directory = self.group_dir(table, run_id)
+        infos = self.fs.get_file_info([f"{directory}/{file_name(table, e)}" for e in epochs])
+        if any(i.type != pafs.FileType.File for i in infos):
+            result = self.scan(table, run_id=run_id)
+            data, bad = result.table.filter(pc.is_in(result.table["epoch"], pa.array(epochs, pa.int32()))), \
+                result.unreadable
+        else:
+            data, bad = self._scan_files(infos, schema, list(schema.names), None)
+        for path, error in bad:
+            warnings.warn(f"skipping unreadable store file {path}: {error}", stacklevel=2)
+            self.skipped.append((path, error))
+        return data.sort_by([(k, "ascending") for k in KEYS[table]]).to_pylist()
 
     def _drop_from_compacted(self, table: str, directory: str, fval: object) -> None:
         """Remove a rewritten epoch's rows from the directory's compacted file, if it has any."""

@@ -34,7 +34,7 @@ from metrics.columns import (
 
 SCHEMA_VERSION = 1
 
-TABLES = ("layers", "epochs", "checkpoints")
+TABLES = ("layers", "epochs", "checkpoints", "runs")
 
 #: Identity of a training run; ``run_id`` is derived from the others (see ``run_id``).
 RUN_IDENTITY: list[pa.Field] = [
@@ -108,13 +108,31 @@ CHECKPOINTS = pa.schema(
     ]
 )
 
-SCHEMAS: dict[str, pa.Schema] = {"layers": LAYERS, "epochs": EPOCHS, "checkpoints": CHECKPOINTS}
+#: One row per run of a sweep, written by the sweep's driver before its trials start (and again when
+#: it resumes): what the run was started with besides its identity, so that the store alone can say
+#: it (``python -m sweep.store export`` sends it to a tracker). Stores written before it lack it.
+RUNS = pa.schema(
+    RUN_IDENTITY
+    + [
+        pa.field("experiment", pa.string(), nullable=False),  # the sweep's --name (Tune's experiment)
+        pa.field("trial", pa.string(), nullable=False),  # Tune's trial name
+        pa.field("pack", pa.int32(), nullable=False),  # runs in that trial (1: unpacked)
+        pa.field("member", pa.int32(), nullable=False),  # this run's place among them, 0-based
+        pa.field("model", pa.string(), nullable=False),  # the GPTConfig, canonical JSON (sorted keys)
+        pa.field("train", pa.string(), nullable=False),  # the TrainConfig with the run's seed, canonical JSON
+        pa.field("schema_version", pa.int32(), nullable=False),
+        pa.field("strengths", pa.string()),  # see strengths_json
+    ]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {"layers": LAYERS, "epochs": EPOCHS, "checkpoints": CHECKPOINTS, "runs": RUNS}
 
 #: Columns that identify one row of each table: no two rows may share them.
 KEYS: dict[str, tuple[str, ...]] = {
     "layers": ("run_id", "epoch", "layer"),
     "epochs": ("run_id", "epoch"),
     "checkpoints": ("series", "revision", "layer"),
+    "runs": ("run_id",),
 }
 
 
