@@ -43,7 +43,7 @@ def batched_attention_stats(scores: Tensor, mask: Tensor | None = None) -> dict[
     mean = (s * allowed).sum(dim=(-2, -1)) / count
     var = (((s - mean[..., None, None]) * allowed) ** 2).sum(dim=(-2, -1)) / count  # ddof 0
     return {
-        "qk_erank": effective_rank(scores).mean(dim=(-2, -1)),  # float32 S crosses devices at half the bytes
+        "qk_erank": effective_rank(s).mean(dim=(-2, -1)),
         "attn_entropy": row_entropy.mean(dim=(-3, -2, -1)),
         "attn_top1": probs.amax(-1).mean(dim=(-3, -2, -1)),
         "attn_erank": effective_rank(probs).mean(dim=(-2, -1)),

@@ -28,10 +28,12 @@ from metrics.spectra import decompositions_on, svdvals
 Value = float | list[float]
 DecompDevice = Literal["auto", "cpu", "same"] | str | torch.device
 
-#: Matrices [T, T] reduced at once: N is split into chunks of at most this many
-#: N·B·H score matrices (4096 × 128² float64 = 512 MiB a copy; the attention
-#: statistics hold a few such copies at their peak).
-MAX_MATRICES = 4096
+#: Items are reduced in chunks whose float64 scores [n, B, H, T, T] take at most this many
+#: bytes, by the device the inputs are on. On a GPU few large chunks (fewer launches; the
+#: attention statistics hold a few such tensors at their peak: 512 MiB is 4096 matrices of
+#: 128 × 128); on the CPU chunks that stay in cache (at paper width one layer, 64 matrices:
+#: ~30 % less CPU time than all 8 layers at once, LOG.md).
+CHUNK_BYTES = {"cpu": 8 << 20, "other": 512 << 20}
 
 
 def resolve(path: str) -> Callable[..., Any]:
@@ -133,14 +135,15 @@ def _rows(metrics: Sequence[LayerMetric], table: list[list[float]], values: Mapp
 
 
 def reduce_items(metrics: Sequence[LayerMetric], inputs: Mapping[str, Any], n: int, *,
-                 decomp_device: DecompDevice = "auto", max_matrices: int = MAX_MATRICES) -> list[dict[str, Value]]:
+                 decomp_device: DecompDevice = "auto", chunk_bytes: int | None = None) -> list[dict[str, Value]]:
     """The columns of ``metrics`` for each of n items, one dict per item (floats; lists for
     ``PER_HEAD``).
 
     inputs: by name, tensors with the leading n (``ACTIVATION_INPUTS`` / ``WEIGHT_INPUTS``
-    stacked) and plain values (``n_head``). The items are reduced in chunks of at most
-    ``max_matrices`` score matrices (``scores`` [n, B, H, T, T]); the float64 SVDs run on
-    ``decomposition_device(decomp_device, ...)``; one transfer brings every value to the host.
+    stacked) and plain values (``n_head``). The items are reduced in chunks whose float64
+    ``scores`` [n, B, H, T, T] take at most ``chunk_bytes`` (default ``CHUNK_BYTES`` of the
+    inputs' device); the float64 SVDs run on ``decomposition_device(decomp_device, ...)``;
+    one transfer brings every value to the host.
     """
     tensors = [x for x in inputs.values() if isinstance(x, Tensor)]
     if not tensors or any(x.shape[0] != n for x in tensors):
@@ -148,8 +151,10 @@ def reduce_items(metrics: Sequence[LayerMetric], inputs: Mapping[str, Any], n: i
                          f"{ {k: tuple(x.shape) for k, x in inputs.items() if isinstance(x, Tensor)} }")
     home = tensors[0].device
     scores = inputs.get("scores")
-    per_item = scores.shape[1] * scores.shape[2] if isinstance(scores, Tensor) and scores.dim() == 5 else 1
-    step = max(1, max_matrices // per_item)
+    if chunk_bytes is None:
+        chunk_bytes = CHUNK_BYTES["cpu" if home.type == "cpu" else "other"]
+    per_item = scores[0].numel() * 8 if isinstance(scores, Tensor) else 1
+    step = max(1, chunk_bytes // per_item)
     decomp = decomposition_device(decomp_device, scores if isinstance(scores, Tensor) else tensors[0])
     parts: list[Tensor] = []
     values: dict[str, Tensor] = {}
@@ -165,7 +170,7 @@ def reduce_items(metrics: Sequence[LayerMetric], inputs: Mapping[str, Any], n: i
 
 def probe_rows(q: Tensor, k: Tensor, scores: Tensor, wq: Tensor | None = None, wk: Tensor | None = None,
                n_head: int | None = None, *, decomp_device: DecompDevice = "auto",
-               max_matrices: int = MAX_MATRICES) -> list[dict[str, Value]]:
+               chunk_bytes: int | None = None) -> list[dict[str, Value]]:
     """Every §4.1 column (except ``layer`` and the gradient norms) of N items, one dict each.
 
     q: [N, B, T, H·d_head], k: [N, B, T, H_kv·d_head] (projection outputs, heads
@@ -174,7 +179,8 @@ def probe_rows(q: Tensor, k: Tensor, scores: Tensor, wq: Tensor | None = None, w
     is a layer, or a (member, layer) of packed trials: nothing assumes N = layers. Columns
     in vocabulary order, activation side first. ``decomp_device``: where the float64 SVDs
     run, ``"cpu"``, ``"same"`` (the inputs' device), a device, or ``"auto"`` (see
-    ``decomposition_device``); the values agree to ~1e-15 whichever is chosen.
+    ``decomposition_device``); the values agree to ~1e-15 whichever is chosen. ``chunk_bytes``:
+    see ``reduce_items``.
     """
     metrics = list(entries("activation"))
     inputs: dict[str, Any] = {"q": q, "k": k, "scores": scores}
@@ -183,7 +189,7 @@ def probe_rows(q: Tensor, k: Tensor, scores: Tensor, wq: Tensor | None = None, w
     if wq is not None:
         metrics += entries("weight")
         inputs.update(wq=wq, wk=wk, n_head=n_head)
-    return reduce_items(metrics, inputs, q.shape[0], decomp_device=decomp_device, max_matrices=max_matrices)
+    return reduce_items(metrics, inputs, q.shape[0], decomp_device=decomp_device, chunk_bytes=chunk_bytes)
 
 
 def activation_columns(q: Tensor, k: Tensor, scores: Tensor, *,

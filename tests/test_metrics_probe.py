@@ -363,9 +363,11 @@ def test_batched_probe_equals_todays_on_edge_cases() -> None:
 
 
 def test_chunked_probe_equals_the_one_chunk_probe(monkeypatch) -> None:
-    """max_matrices 2·B·H: 5 layers in chunks of 2, 2, 1, the same values as one chunk, and
-    today's; each chunk one attention call."""
+    """chunk_bytes for 2 layers' float64 scores: 5 layers in chunks of 2, 2, 1, the same values
+    as one chunk, and today's; each chunk one attention call. By default a tiny model is one
+    chunk on the CPU, and the paper's 8 layers are 8 (1 layer = 8 MiB of scores)."""
     import metrics.attention
+    import metrics.probe as probe
     from metrics.probe import probe_inputs, probe_rows
 
     calls = []
@@ -375,11 +377,12 @@ def test_chunked_probe_equals_the_one_chunk_probe(monkeypatch) -> None:
     model = random_model(2, n_layer=5)
     idx = tokens()
     x = probe_inputs(model, idx)
-    per_layer = idx.shape[0] * model.cfg.n_head
-    chunked = probe_rows(x.q, x.k, x.scores, x.wq, x.wk, x.n_head, max_matrices=2 * per_layer + 1)
+    per_layer = x.scores[0].numel() * 8
+    chunked = probe_rows(x.q, x.k, x.scores, x.wq, x.wk, x.n_head, chunk_bytes=3 * per_layer - 1)
     assert calls == [2, 2, 1]
     whole = probe_rows(x.q, x.k, x.scores, x.wq, x.wk, x.n_head)
     assert calls[3:] == [5]
+    assert 16 * 4 * 128 * 128 * 8 == probe.CHUNK_BYTES["cpu"]  # paper width: one layer a chunk
     old = old_probe_layers(model, idx)
     assert_rows_equal_to_1e10([{"layer": i, **r} for i, r in enumerate(chunked)], old)
     assert_rows_equal_to_1e10([{"layer": i, **r} for i, r in enumerate(whole)], old)
