@@ -91,7 +91,9 @@ def cpu_svdvals(x: Tensor, workers: int) -> Tensor:
     torch's batched CPU SVD runs its batch one matrix after another on one thread (LOG.md,
     issue 27), and releases the GIL inside LAPACK: contiguous chunks on a thread pool, with
     LAPACK itself held to one thread meanwhile (MKL's own threads on top oversubscribe the
-    cores). Each matrix is decomposed by the same call as unsplit, so the values are the same.
+    cores; ``torch.set_num_threads`` is process-wide, so this is for a caller, like the probe,
+    that runs no other torch work meanwhile). Each matrix is decomposed by the same call as
+    unsplit, so the values are the same.
     """
     flat = x.reshape(-1, *x.shape[-2:])
     workers = min(workers, flat.shape[0])
