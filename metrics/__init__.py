@@ -11,6 +11,10 @@ from typing import Any
 
 _WHERE = {
     "attention_stats": "metrics.attention",
+    "batched_attention_stats": "metrics.attention",
+    "batched_pooled_participation_ratio": "metrics.spectra",
+    "decompositions_on": "metrics.spectra",
+    "probe_rows": "metrics.probe",
     "causal_mask": "metrics.attention",
     "probe_layers": "metrics.probe",
     "effective_rank": "metrics.spectra",
@@ -20,6 +24,7 @@ _WHERE = {
     "participation_ratio": "metrics.spectra",
     "qk_alignment": "metrics.spectra",
     "qk_alignment_per_head": "metrics.spectra",
+    "svdvals": "metrics.spectra",
 }
 
 __all__ = sorted(_WHERE)

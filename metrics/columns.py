@@ -36,6 +36,15 @@ class LayerMetric:
     sequence or a [n_head] tensor) or a mapping holding it under ``name``: entries naming
     the same function and inputs share one call per layer (``attention_stats`` fills five
     columns). An input is one of its side's tensors or an earlier column of the same side.
+
+    ``batched``: False (the default) and ``compute`` is called once per layer with that
+    layer's tensors (the shapes of ``ACTIVATION_INPUTS`` / ``WEIGHT_INPUTS``; an earlier
+    column as a 0-d or [n_head] float64 tensor). True and it is called once per probe with
+    every layer's stacked along a new leading dimension N (layers, or packed members ×
+    layers: q [N, B, T, ·], scores [N, B, H, T, T], wq [N, D, D], an earlier column [N] or
+    [N, n_head]; ``n_head`` as it is) and returns [N] (``PER_HEAD``: [N, n_head]) or a mapping
+    of them; each item's value must depend on that item's slices alone, as the probe may
+    split N into chunks and join two calls of one function into one.
     """
 
     name: str
@@ -44,36 +53,37 @@ class LayerMetric:
     compute: str  # "module:function"
     meaning: str
     kind: Literal["float64", "list<float64>"] = FLOAT
+    batched: bool = False
 
 
-_ATTN = "metrics.attention:attention_stats"
+_ATTN = "metrics.attention:batched_attention_stats"
 
 #: Every per-layer metric column, in the order the probe emits them: activation side first.
 LAYER_COLUMNS: tuple[LayerMetric, ...] = (
-    LayerMetric("pr_q", "activation", ("q",), "metrics.spectra:pooled_participation_ratio",
-                "participation ratio of the query vectors of every token, heads concatenated"),
-    LayerMetric("pr_k", "activation", ("k",), "metrics.spectra:pooled_participation_ratio",
-                "participation ratio of the key vectors of every token, heads concatenated"),
-    LayerMetric("pr_q_minus_pr_k", "activation", ("pr_q", "pr_k"), "operator:sub", "pr_q − pr_k"),
-    LayerMetric("qk_erank", "activation", ("scores",), _ATTN, "effective rank of the unmasked scores, mean over (b, h)"),
-    LayerMetric("attn_entropy", "activation", ("scores",), _ATTN, "entropy (nats) of the causal attention rows, mean"),
-    LayerMetric("attn_top1", "activation", ("scores",), _ATTN, "largest attention weight of a row, mean"),
-    LayerMetric("attn_erank", "activation", ("scores",), _ATTN, "effective rank of the attention matrix, mean"),
-    LayerMetric("logit_std", "activation", ("scores",), _ATTN, "std of the allowed scores of each (b, h), mean"),
-    LayerMetric("wq_erank", "weight", ("wq",), "metrics.spectra:effective_rank", "effective rank of W_Q"),
-    LayerMetric("wk_erank", "weight", ("wk",), "metrics.spectra:effective_rank", "effective rank of W_K"),
+    LayerMetric("pr_q", "activation", ("q",), "metrics.spectra:batched_pooled_participation_ratio",
+                "participation ratio of the query vectors of every token, heads concatenated", batched=True),
+    LayerMetric("pr_k", "activation", ("k",), "metrics.spectra:batched_pooled_participation_ratio",
+                "participation ratio of the key vectors of every token, heads concatenated", batched=True),
+    LayerMetric("pr_q_minus_pr_k", "activation", ("pr_q", "pr_k"), "operator:sub", "pr_q − pr_k", batched=True),
+    LayerMetric("qk_erank", "activation", ("scores",), _ATTN, "effective rank of the unmasked scores, mean over (b, h)", batched=True),
+    LayerMetric("attn_entropy", "activation", ("scores",), _ATTN, "entropy (nats) of the causal attention rows, mean", batched=True),
+    LayerMetric("attn_top1", "activation", ("scores",), _ATTN, "largest attention weight of a row, mean", batched=True),
+    LayerMetric("attn_erank", "activation", ("scores",), _ATTN, "effective rank of the attention matrix, mean", batched=True),
+    LayerMetric("logit_std", "activation", ("scores",), _ATTN, "std of the allowed scores of each (b, h), mean", batched=True),
+    LayerMetric("wq_erank", "weight", ("wq",), "metrics.spectra:effective_rank", "effective rank of W_Q", batched=True),
+    LayerMetric("wk_erank", "weight", ("wk",), "metrics.spectra:effective_rank", "effective rank of W_K", batched=True),
     LayerMetric("wq_erank_head", "weight", ("wq", "n_head"), "metrics.spectra:head_effective_rank",
-                "effective rank of each head's rows of W_Q, mean over heads"),
+                "effective rank of each head's rows of W_Q, mean over heads", batched=True),
     LayerMetric("wk_erank_head", "weight", ("wk", "n_head"), "metrics.spectra:head_effective_rank",
-                "effective rank of each head's rows of W_K, mean over heads"),
+                "effective rank of each head's rows of W_K, mean over heads", batched=True),
     LayerMetric("qk_alignment", "weight", ("wq", "wk"), "metrics.spectra:qk_alignment",
-                "mean over rows i of |cos(W_Q[i,:], W_K[i,:])|, zero rows skipped"),
+                "mean over rows i of |cos(W_Q[i,:], W_K[i,:])|, zero rows skipped", batched=True),
     # Head h: mean over its rows of |cos|; its mean over heads is qk_alignment when no row is
     # zero. Null in stores written before the column existed.
     LayerMetric("qk_alignment_head", "weight", ("wq", "wk", "n_head"), "metrics.spectra:qk_alignment_per_head",
-                "qk_alignment of each head (SPEC §4 'also reported per head')", PER_HEAD),
-    LayerMetric("wq_norm", "weight", ("wq",), "metrics.spectra:frobenius_norm", "Frobenius norm of W_Q"),
-    LayerMetric("wk_norm", "weight", ("wk",), "metrics.spectra:frobenius_norm", "Frobenius norm of W_K"),
+                "qk_alignment of each head (SPEC §4 'also reported per head')", PER_HEAD, batched=True),
+    LayerMetric("wq_norm", "weight", ("wq",), "metrics.spectra:frobenius_norm", "Frobenius norm of W_Q", batched=True),
+    LayerMetric("wk_norm", "weight", ("wk",), "metrics.spectra:frobenius_norm", "Frobenius norm of W_K", batched=True),
 )
 
 
@@ -83,8 +93,10 @@ def check_layer_columns(metrics: tuple[LayerMetric, ...]) -> None:
     tensors = {"activation": ACTIVATION_INPUTS, "weight": WEIGHT_INPUTS}
     seen: dict[str, str] = {}
     for m in metrics:
-        if m.side not in tensors or m.kind not in (FLOAT, PER_HEAD) or m.compute.count(":") != 1:
-            raise ValueError(f"{m.name}: bad side, kind or compute ({m.side!r}, {m.kind!r}, {m.compute!r})")
+        if (m.side not in tensors or m.kind not in (FLOAT, PER_HEAD) or m.compute.count(":") != 1
+                or not isinstance(m.batched, bool)):
+            raise ValueError(f"{m.name}: bad side, kind, compute or batched "
+                             f"({m.side!r}, {m.kind!r}, {m.compute!r}, {m.batched!r})")
         if m.name in seen or m.name in tensors["activation"] + tensors["weight"]:
             raise ValueError(f"{m.name}: the name is taken")
         bad = [i for i in m.inputs if i not in tensors[m.side] and seen.get(i) != m.side]

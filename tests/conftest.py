@@ -14,7 +14,8 @@ trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (be
 auth), ``test_lock.py`` (requirements.lock against pyproject.toml) and ``test_docs.py``
 (docs/SPEC.md: every "SPEC §n" in the code resolves). Helpers shared by several files are plain modules without the ``test_`` prefix
 (``helpers.py``, ``store_helpers.py``, ``intervention_helpers.py``, ``extension_helpers.py``,
-``sweep_helpers.py``, ``hf_trace_helpers.py``, ``s3_server.py``, ``plugin_toy.py``).
+``sweep_helpers.py``, ``hf_trace_helpers.py``, ``s3_server.py``, ``plugin_toy.py``,
+``probe_helpers.py``: today's per-layer probe, the batched probe's reference).
 
 Hygiene: environment variables change only through ``monkeypatch`` or the fixtures below
 (restored after); no test asserts a wall-clock time (timing targets belong to bench/).

@@ -77,6 +77,11 @@ def test_probe_cost_tiny() -> None:
     _check(out, set())
     (r,) = out["results"]
     assert r["probe_in_steps"] > 0 and r["val_loss_in_steps"] > 0 and r["probe_rows"] == 2
+    for key in ("probe_old", "probe_cpu", "probe_same", "forward", "probe_plus_val"):
+        assert r[f"{key}_in_steps"] > 0, key
+    assert r["auto_decomp_device"] == "cpu" and r["probe_in_steps"] == r["probe_cpu_in_steps"]
+    assert out["ratio"] == r["probe_plus_val_in_steps"] and out["target"] == "<= 5 steps"
+    assert max(r["max_rel_diff_vs_old"].values()) < 1e-10  # the new rows are today's
 
 
 def test_reducer_scaling_tiny(monkeypatch) -> None:

@@ -105,3 +105,34 @@ def test_causal_mask() -> None:
 def test_attention_stats_shape_errors(shape: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match=r"\[B, H, T, T\]"):
         attention_stats(torch.zeros(shape))
+
+
+# -- over a leading item dimension (layers, packed members × layers) --------------------------
+
+
+def test_batched_attention_stats_equal_todays_per_item_stats() -> None:
+    """Item n of the batched statistics is today's attention_stats of scores[n] (to 1e-10), on
+    scores from several scales, a zero item (qk_erank 0) and an explicit full mask."""
+    from probe_helpers import attention_stats as old_attention_stats
+
+    from metrics.attention import batched_attention_stats
+
+    items = [torch.from_numpy(random_scores(2, 3, 9, seed)).float() for seed in range(3)]
+    scores = torch.stack([*items, torch.zeros(2, 3, 9, 9)])
+    for mask in (None, torch.ones(9, 9, dtype=torch.bool)):
+        got = batched_attention_stats(scores, mask)
+        assert list(got) == ["qk_erank", "attn_entropy", "attn_top1", "attn_erank", "logit_std"]
+        for n in range(scores.shape[0]):
+            want = old_attention_stats(scores[n], mask)
+            for key, value in want.items():
+                assert got[key].shape == (4,) and got[key].dtype == torch.float64
+                assert got[key][n].item() == pytest.approx(value, rel=1e-10, abs=1e-14), (n, key)
+    assert got["qk_erank"][3].item() == 0.0
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 4), (2, 1, 3, 3), (1, 2, 2, 4, 5)])
+def test_batched_attention_stats_shape_errors(shape: tuple[int, ...]) -> None:
+    from metrics.attention import batched_attention_stats
+
+    with pytest.raises(ValueError, match=r"\[N, B, H, T, T\]"):
+        batched_attention_stats(torch.zeros(shape))

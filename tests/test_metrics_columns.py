@@ -83,6 +83,7 @@ def test_every_vocabulary_function_resolves_and_every_entry_has_a_meaning() -> N
     (LayerMetric("toy", "weight", ("pr_q",), "m:f", "an activation column on the weight side"), "neither"),
     (LayerMetric("toy", "weight", ("wq",), "m.f", "no colon"), "bad side"),
     (LayerMetric("toy", "weight", ("wq",), "m:f", "bad kind", "int"), "bad side"),
+    (LayerMetric("toy", "weight", ("wq",), "m:f", "batched not a bool", batched="yes"), "bad side"),
 ])
 def test_the_vocabulary_check_refuses_bad_entries(bad: LayerMetric, match: str) -> None:
     check_layer_columns(LAYER_COLUMNS)

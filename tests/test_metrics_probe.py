@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -11,9 +12,11 @@ from helpers import (
     CONTEXT,
     np_effective_rank,
     np_participation_ratio,
+    random_tokens,
     tiny_corpus,
     tiny_model,
 )
+from probe_helpers import old_probe_layers
 
 from metrics.probe import probe_layers
 from model.corpus import probe_batch
@@ -131,63 +134,22 @@ def test_columns_match_a_float64_reference() -> None:
         assert row["qk_alignment"] == pytest.approx(cos.mean(), rel=1e-10)
 
 
-def _hand_written_columns(q, k, scores, wq, wk, n_head: int) -> dict:
-    """The columns as metrics/probe.py listed them by hand before ``metrics.columns.LAYER_COLUMNS``
-    drove it (q, k: [B, H, T, d_head]; scores: [B, H, T, T]; wq, wk: [D, D])."""
-    from metrics.attention import attention_stats
-    from metrics.spectra import (
-        effective_rank,
-        participation_ratio,
-        qk_alignment,
-        qk_alignment_per_head,
-    )
-
-    b, h, t, dh = q.shape
-    pr_q = participation_ratio(q.transpose(1, 2).reshape(b * t, h * dh)).item()
-    pr_k = participation_ratio(k.transpose(1, 2).reshape(b * t, h * dh)).item()
-    d_head = wq.shape[0] // n_head
-    return {
-        "pr_q": pr_q, "pr_k": pr_k, "pr_q_minus_pr_k": pr_q - pr_k, **attention_stats(scores),
-        "wq_erank": effective_rank(wq).item(),
-        "wk_erank": effective_rank(wk).item(),
-        "wq_erank_head": effective_rank(wq.reshape(n_head, d_head, -1)).mean().item(),
-        "wk_erank_head": effective_rank(wk.reshape(n_head, d_head, -1)).mean().item(),
-        "qk_alignment": qk_alignment(wq, wk).item(),
-        "qk_alignment_head": qk_alignment_per_head(wq, wk, n_head).tolist(),
-        "wq_norm": wq.double().norm().item(),
-        "wk_norm": wk.double().norm().item(),
-    }
-
-
-def test_rows_are_bit_identical_to_the_hand_written_columns() -> None:
-    """The store rows of a training run do not change with the vocabulary-driven probe: equal to the
-    bit, in the same order (the derived pr_q_minus_pr_k included)."""
-    model = trained_looking_model().eval()
-    idx = tokens()
-    rows = probe_layers(model, idx)
-    with torch.no_grad():
-        _, _, traces = model.probe(idx)
-        for layer, (block, tr, row) in enumerate(zip(model.blocks, traces, rows, strict=True)):
-            attn = block.attn
-            want = {"layer": layer, **_hand_written_columns(tr.q, tr.k, tr.scores, attn.q_proj.weight,
-                                                            attn.k_proj.weight, attn.n_head)}
-            assert row == want and list(row) == list(want), layer
-
-
-def test_a_shared_function_runs_once_per_layer(monkeypatch) -> None:
-    """attention_stats fills five columns from one call; each layer calls it once."""
+def test_a_shared_function_runs_once_per_probe(monkeypatch) -> None:
+    """batched_attention_stats fills five columns from one call over every layer."""
     import metrics.attention
 
     calls = []
-    real = metrics.attention.attention_stats
+    real = metrics.attention.batched_attention_stats
 
-    def counted(scores: torch.Tensor) -> dict[str, float]:
-        calls.append(scores.shape)
+    def counted(scores: torch.Tensor) -> dict[str, torch.Tensor]:
+        calls.append(tuple(scores.shape))
         return real(scores)
 
-    monkeypatch.setattr(metrics.attention, "attention_stats", counted)
-    rows = probe_layers(tiny_model(), tokens())
-    assert len(calls) == len(rows) == 2
+    monkeypatch.setattr(metrics.attention, "batched_attention_stats", counted)
+    model = tiny_model()
+    rows = probe_layers(model, tokens())
+    cfg = model.cfg
+    assert calls == [(cfg.n_layer, 4, cfg.n_head, CONTEXT, CONTEXT)] and len(rows) == cfg.n_layer
 
 
 def test_qk_identical_model_has_equal_q_and_k_geometry() -> None:
@@ -338,3 +300,228 @@ def test_probe_rows_equal_a_naive_float64_reference() -> None:
         for col, want in n.items():
             # q, k are float32 in the model; the reference recomputes them in float64
             assert f[col] == pytest.approx(want, rel=1e-4, abs=1e-5), (layer, col)
+
+
+# -- the batched probe against today's per-layer code (issue 27) ------------------------------
+
+
+def assert_rows_equal_to_1e10(new: list[dict], old: list[dict]) -> None:
+    """Same columns in the same order; every value within 1e-10 relative (1e-12 absolute near
+    zero), NaN where the old probe gave NaN."""
+    assert len(new) == len(old)
+    for layer, (n, o) in enumerate(zip(new, old, strict=True)):
+        assert list(n) == list(o), layer
+        for col, want in o.items():
+            got = n[col]
+            pairs = zip(got, want, strict=True) if isinstance(want, list) else [(got, want)]
+            for g, w in pairs:
+                assert isinstance(g, type(w)), (layer, col, g)
+                assert (math.isnan(g) and math.isnan(w)) or math.isclose(g, w, rel_tol=1e-10, abs_tol=1e-12), \
+                    (layer, col, g, w)
+
+
+def random_model(seed: int, **shape):
+    """A tiny GPT off its init: scaled Q, random q/k biases, so no column sits at a trivial value."""
+    model = tiny_model(("independent_xavier", "qk_identical")[seed % 2], seed=seed, **shape)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.q_proj.weight.mul_(1.0 + 3.0 * torch.rand((), generator=gen))
+            block.attn.q_proj.bias.copy_(0.3 * torch.randn(block.attn.q_proj.bias.shape, generator=gen))
+            block.attn.k_proj.bias.copy_(0.3 * torch.randn(block.attn.k_proj.bias.shape, generator=gen))
+    return model
+
+
+SHAPES = [{}, {"n_layer": 3, "n_head": 2}, {"n_layer": 4, "n_head": 8, "d_model": 64}, {"n_layer": 1, "n_head": 1}]
+
+
+@pytest.mark.parametrize("seed", range(len(SHAPES)))
+@pytest.mark.parametrize("decomp_device", ["auto", "cpu", "same"])
+def test_batched_probe_equals_todays_per_layer_probe(seed: int, decomp_device: str) -> None:
+    model = random_model(seed, **SHAPES[seed])
+    idx = random_tokens(3 + seed, CONTEXT - seed, model.cfg.vocab_size, seed=seed)
+    assert_rows_equal_to_1e10(probe_layers(model, idx, decomp_device=decomp_device), old_probe_layers(model, idx))
+
+
+def test_batched_probe_equals_todays_on_edge_cases() -> None:
+    """Layer 0: W_Q and its bias zero (q = 0: scores 0, qk_erank 0, pr_q NaN, wq_erank 0, alignment
+    NaN); layer 1: one zero row of W_K (skipped by the alignment) and head 2's rows of W_Q zero
+    (its alignment NaN, its erank 0); layer 2: untouched."""
+    model = random_model(5, n_layer=3)
+    dh = model.cfg.d_head
+    with torch.no_grad():
+        model.blocks[0].attn.q_proj.weight.zero_()
+        model.blocks[0].attn.q_proj.bias.zero_()
+        model.blocks[1].attn.k_proj.weight[3].zero_()
+        model.blocks[1].attn.q_proj.weight[2 * dh:3 * dh].zero_()
+    idx = tokens()
+    new, old = probe_layers(model, idx), old_probe_layers(model, idx)
+    assert new[0]["qk_erank"] == 0.0 and new[0]["wq_erank"] == 0.0 and new[0]["wq_norm"] == 0.0
+    assert math.isnan(new[0]["pr_q"]) and math.isnan(new[0]["qk_alignment"])
+    assert math.isnan(new[1]["qk_alignment_head"][2]) and not math.isnan(new[1]["qk_alignment"])
+    assert_rows_equal_to_1e10(new, old)
+
+
+def test_chunked_probe_equals_the_one_chunk_probe(monkeypatch) -> None:
+    """chunk_bytes for 2 layers' float64 scores: 5 layers in chunks of 2, 2, 1, the same values
+    as one chunk, and today's; each chunk one attention call. By default a tiny model is one
+    chunk on the CPU, and the paper's 8 layers are 8 (1 layer = 8 MiB of scores)."""
+    import metrics.attention
+    import metrics.probe as probe
+    from metrics.probe import probe_inputs, probe_rows
+
+    calls = []
+    real = metrics.attention.batched_attention_stats
+    monkeypatch.setattr(metrics.attention, "batched_attention_stats",
+                        lambda scores: calls.append(scores.shape[0]) or real(scores))
+    model = random_model(2, n_layer=5)
+    idx = tokens()
+    x = probe_inputs(model, idx)
+    per_layer = x.scores[0].numel() * 8
+    chunked = probe_rows(x.q, x.k, x.scores, x.wq, x.wk, x.n_head, chunk_bytes=3 * per_layer - 1)
+    assert calls == [2, 2, 1]
+    whole = probe_rows(x.q, x.k, x.scores, x.wq, x.wk, x.n_head)
+    assert calls[3:] == [5]
+    assert 16 * 4 * 128 * 128 * 8 == probe.CHUNK_BYTES["cpu"]  # paper width: one layer a chunk
+    old = old_probe_layers(model, idx)
+    assert_rows_equal_to_1e10([{"layer": i, **r} for i, r in enumerate(chunked)], old)
+    assert_rows_equal_to_1e10([{"layer": i, **r} for i, r in enumerate(whole)], old)
+
+
+def test_every_decomposition_is_one_batched_call(monkeypatch) -> None:
+    """Four SVD batches per probe: the scores and the attention matrices of every (layer, b, h),
+    W_Q and W_K of every layer together, and every head's rows of both."""
+    import metrics.spectra
+
+    shapes = []
+    real = metrics.spectra.svdvals
+    monkeypatch.setattr(metrics.spectra, "svdvals", lambda m: shapes.append(tuple(m.shape)) or real(m))
+    model = random_model(1, n_layer=3)
+    L, H, D, dh = 3, model.cfg.n_head, model.cfg.d_model, model.cfg.d_head
+    probe_layers(model, tokens())
+    assert sorted(shapes) == sorted([(L, 4, H, CONTEXT, CONTEXT)] * 2 + [(2 * L, D, D), (2 * L, H, dh, D)])
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Counts the tensor methods that read a value back to Python (on a GPU: a device sync)."""
+
+    READS = {"item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__", "__index__"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.READS:
+            self.reads.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_values_reach_the_host_in_one_read() -> None:
+    """No .item() per metric: the probe's one host read is a single .tolist() of every value of
+    every layer (today's code read each of its 15 metrics per layer on its own)."""
+    from metrics.probe import probe_inputs, probe_rows
+
+    model = random_model(3, n_layer=3)
+    x = probe_inputs(model, tokens())
+    with HostReads() as mode:
+        probe_rows(x.q, x.k, x.scores, x.wq, x.wk, x.n_head)
+    assert mode.reads == ["tolist"]
+    with HostReads() as mode:
+        old_probe_layers(model, tokens())
+    assert len(mode.reads) == 3 * 15  # the reference: 14 .item() and one .tolist() per layer
+
+
+def test_a_per_layer_plugin_metric_sees_one_layer_and_a_batched_one_every_layer() -> None:
+    """A LayerMetric with batched=False is called per layer with that layer's tensors (an earlier
+    column as a 0-d tensor); one with batched=True once with all of them."""
+    from dataclasses import replace as dc_replace
+
+    from metrics import columns
+    from metrics.columns import LayerMetric, check_layer_columns
+
+    seen: dict[str, list] = {"per_layer": [], "batched": [], "derived": []}
+
+    def per_layer(q, scores):
+        seen["per_layer"].append((tuple(q.shape), tuple(scores.shape)))
+        return q.double().abs().mean()
+
+    def batched(wq, n_head):
+        seen["batched"].append((tuple(wq.shape), n_head))
+        return wq.double().flatten(1).abs().amax(1)
+
+    def derived(pr_q, mine):
+        seen["derived"].append((tuple(pr_q.shape), float(mine)))
+        return pr_q * mine
+
+    module = type(sys)("probe_plugin_toy")
+    module.per_layer, module.batched, module.derived = per_layer, batched, derived
+    extra = (LayerMetric("toy_per_layer", "activation", ("q", "scores"), "probe_plugin_toy:per_layer", "toy"),
+             LayerMetric("toy_derived", "activation", ("pr_q", "toy_per_layer"), "probe_plugin_toy:derived", "toy"),
+             LayerMetric("toy_batched", "weight", ("wq", "n_head"), "probe_plugin_toy:batched", "toy", batched=True))
+    model = random_model(4, n_layer=3)
+    idx = tokens()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "probe_plugin_toy", module)
+        vocabulary = (*columns.LAYER_COLUMNS, *extra)
+        check_layer_columns(vocabulary)
+        mp.setattr(columns, "LAYER_COLUMNS", vocabulary)
+        rows = probe_layers(model, idx)
+    B, T, D, H = idx.shape[0], CONTEXT, model.cfg.d_model, model.cfg.n_head
+    assert seen["per_layer"] == [((B, T, D), (B, H, T, T))] * 3
+    assert seen["batched"] == [((3, D, D), H)]
+    assert [s for s, _ in seen["derived"]] == [()] * 3
+    old = old_probe_layers(model, idx)
+    for layer, (row, block) in enumerate(zip(rows, model.blocks, strict=True)):
+        assert list(row)[:11] == list(old[layer])[:9] + ["toy_per_layer", "toy_derived"]
+        assert row["toy_derived"] == pytest.approx(row["pr_q"] * row["toy_per_layer"], rel=1e-12)
+        assert row["toy_batched"] == block.attn.q_proj.weight.double().abs().max().item()
+    assert dc_replace(extra[0], batched=True).batched  # the field is an ordinary dataclass field
+
+
+def test_where_the_decompositions_run(monkeypatch) -> None:
+    """The decomposition device: "cpu", "same" and a name as they are; "auto" is the CPU for CPU
+    tensors without timing, elsewhere the faster of the two as timed once on the real matrices,
+    then kept (the meta device stands for a GPU)."""
+    import metrics.probe as probe
+
+    timed: list[str] = []
+    cost = {"cpu": 2.0, "meta": 1.0}
+
+    def seconds(sample: torch.Tensor, device: torch.device) -> float:
+        timed.append(device.type)
+        assert sample.shape == (probe.CALIBRATION_MATRICES, 8, 8)
+        return cost[device.type]
+
+    monkeypatch.setattr(probe, "_decomposition_seconds", seconds)
+    monkeypatch.setattr(probe, "_AUTO_CHOICE", {})
+    cpu, meta = torch.zeros(2, 40, 3, 8, 8), torch.zeros(2, 40, 3, 8, 8, device="meta")
+    assert probe.decomposition_device("cpu", meta).type == "cpu"
+    assert probe.decomposition_device("same", meta).type == "meta"
+    assert probe.decomposition_device("meta", cpu).type == "meta"
+    assert probe.decomposition_device("auto", cpu).type == "cpu" and timed == []
+    assert probe.decomposition_device("auto", meta).type == "meta" and timed == ["cpu", "meta"]
+    cost["cpu"] = 0.5  # kept for the process: not timed again
+    assert probe.decomposition_device("auto", meta).type == "meta" and len(timed) == 2
+    monkeypatch.setattr(probe, "_AUTO_CHOICE", {})
+    assert probe.decomposition_device("auto", meta).type == "cpu"
+
+
+@pytest.mark.parametrize("choice", ["meta", "auto"])
+def test_the_chosen_device_reaches_every_decomposition(monkeypatch, choice: str) -> None:
+    """probe_layers' decomp_device is where each SVD batch is asked to run (recorded, then run
+    here: the meta device stands for a GPU)."""
+    import metrics.spectra as spectra
+
+    asked = []
+    real = spectra.svdvals
+
+    def recorded(m: torch.Tensor) -> torch.Tensor:
+        asked.append(spectra._DECOMPOSE_ON.get())
+        with spectra.decompositions_on(None):
+            return real(m)
+
+    monkeypatch.setattr(spectra, "svdvals", recorded)
+    probe_layers(tiny_model(), tokens(), decomp_device=choice)
+    assert asked == [torch.device("meta" if choice == "meta" else "cpu")] * 4

@@ -189,3 +189,77 @@ def test_alignment_per_head() -> None:
 def test_alignment_shape_mismatch() -> None:
     with pytest.raises(ValueError, match="differ"):
         qk_alignment(torch.ones(4, 4), torch.ones(4, 5))
+
+
+# -- leading item dimensions and where the SVDs run (issue 27) -------------------------------
+
+
+def test_weight_functions_take_leading_dimensions_item_by_item() -> None:
+    """head_effective_rank, frobenius_norm, qk_alignment(_per_head) over [N, D_out, D_in] equal
+    today's one-matrix functions item by item (to 1e-12), a zero row and a zero head included."""
+    import probe_helpers as old
+
+    from metrics.spectra import frobenius_norm, head_effective_rank
+
+    wq = torch.from_numpy(rng(1).standard_normal((3, 12, 6))).float()
+    wk = torch.from_numpy(rng(2).standard_normal((3, 12, 6))).float()
+    wk[1, 4] = 0.0
+    wq[2, 3:6] = 0.0  # head 1 of item 2: NaN alignment, erank 0
+    got = {"head_erank": head_effective_rank(wq, 4), "norm": frobenius_norm(wq),
+           "align": qk_alignment(wq, wk), "align_head": qk_alignment_per_head(wq, wk, 4)}
+    assert [v.shape for v in got.values()] == [(3,), (3,), (3,), (3, 4)]
+    for n in range(3):
+        want = {"head_erank": old.head_effective_rank(wq[n], 4), "norm": old.frobenius_norm(wq[n]),
+                "align": old.qk_alignment(wq[n], wk[n]), "align_head": old.qk_alignment_per_head(wq[n], wk[n], 4)}
+        for key, value in want.items():
+            torch.testing.assert_close(got[key][n], value, rtol=1e-12, atol=0, equal_nan=True, msg=key)
+    assert math.isnan(got["align_head"][2, 1]) and not math.isnan(got["align"][2])
+
+
+def test_batched_pooled_participation_ratio_is_per_item() -> None:
+    from metrics.spectra import batched_pooled_participation_ratio, pooled_participation_ratio
+
+    x = torch.from_numpy(rng(3).standard_normal((4, 2, 5, 3)))
+    got = batched_pooled_participation_ratio(x)
+    assert got.shape == (4,)
+    for n in range(4):
+        assert got[n].item() == pytest.approx(pooled_participation_ratio(x[n]).item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 40])
+def test_cpu_svdvals_on_threads_equal_one_call(workers: int) -> None:
+    """Split over a thread pool (each chunk on its own thread, LAPACK on one thread meanwhile),
+    the singular values are those of one torch call, bit for bit; torch's thread count is restored."""
+    import threading
+
+    import metrics.spectra as spectra
+
+    m = torch.from_numpy(rng(4).standard_normal((3, 5, 7, 6)))
+    threads, calls = torch.get_num_threads(), []
+    real = torch.linalg.svdvals
+
+    def recorded(x):
+        calls.append((threading.current_thread().name.split("_")[0], torch.get_num_threads(), x.shape[0]))
+        return real(x)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.linalg, "svdvals", recorded)
+        got = spectra.cpu_svdvals(m, workers)
+    assert torch.equal(got, real(m)) and got.shape == (3, 5, 6)
+    sizes = [len(c) for c in torch.arange(15).tensor_split(min(workers, 15))]  # one chunk per worker
+    assert sorted(calls) == sorted(("svdvals", 1, n) for n in sizes)
+    assert torch.get_num_threads() == threads
+
+
+def test_svdvals_runs_on_the_device_decompositions_on_names() -> None:
+    """The meta device stands for another device: the SVD runs there, in float64."""
+    from metrics.spectra import decompositions_on, svdvals
+
+    m = torch.ones(2, 3, 4)
+    assert svdvals(m).device.type == "cpu"
+    with decompositions_on("meta"):
+        s = svdvals(m)
+        assert s.device.type == "meta" and s.dtype == torch.float64 and s.shape == (2, 3)
+        with decompositions_on(None):
+            assert svdvals(m).device.type == "cpu"
+    assert svdvals(m).device.type == "cpu"
