@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import math
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from bench.common import alternate, bench_corpus, fmt_s, machine, med, print_ratio, set_threads
 from bench.train_step import SIZES, make_trainer, model_config
@@ -128,6 +131,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=1, help="training steps per timed round")
     p.add_argument("--quick", action="store_true", help="depth 4, two rounds")
     p.add_argument("--tiny", action="store_true", help="smoke-test size: seconds")
+    p.add_argument("--json", default=None, help="also write the figures to this file (bench/gpu.sh)")
     return p.parse_args(argv)
 
 
@@ -149,6 +153,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = {"benchmark": "probe_cost", "results": results, "ratio": worst, "target": f"<= {TARGET_STEPS:g} steps",
            "met": worst <= TARGET_STEPS, "machine": machine()}
     print_ratio("probe_cost (probe + val_loss)/step (steps, worst depth)", worst, f"<= {TARGET_STEPS:g}")
+    out["worst_depth"] = max(results, key=lambda r: r["probe_plus_val_in_steps"]).get("depth")
+    out["decomp_device"] = str(decomposition_device("auto", torch.zeros(1, device=args.device)))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
     return out
 
 
