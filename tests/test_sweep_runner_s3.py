@@ -172,4 +172,4 @@ def test_errored_sweep_on_s3_resumes_from_checkpoint(s3_ray, s3_endpoint, tmp_pa
     assert _last_modified(bucket, epoch0, s3_endpoint) == stamp0, "epoch 0 was recomputed"
     report = validate(store)
     assert report.ok, str(report)
-    assert report.rows == {"layers": 4 * 1, "epochs": 4, "checkpoints": 0}
+    assert report.rows == {"layers": 4 * 1, "epochs": 4, "checkpoints": 0, "runs": 1}
