@@ -1,4 +1,4 @@
-"""The model: NanoGPT-style decoder, Q/K init regimes, corpora and a single-run trainer."""
+"""The model: NanoGPT-style decoder, Q/K init regimes, corpora and the one trainer (one run or a pack)."""
 
 from model.gpt import GPT, AttentionTrace, GPTConfig
 from model.qk_init import QK_INITS, build_model

@@ -71,7 +71,8 @@ def measure(presets: Iterable[Preset], corpus, steps: int = 3, clock: Clock | No
     import torch
 
     from metrics.probe import probe_layers
-    from model.train import Trainer
+    from model.stack import Member
+    from model.trainer import Trainer
 
     clock = clock or time.perf_counter
     cpu_clock = cpu_clock or time.process_time
@@ -82,13 +83,13 @@ def measure(presets: Iterable[Preset], corpus, steps: int = 3, clock: Clock | No
     costs: dict[int, ShapeCost] = {}
     try:
         for depth in sorted({d for p in presets for d in p.depths}):
-            trainer = Trainer(first.model_config(depth, corpus.vocab_size),
-                              replace(first.train_config(first.seeds[0], "cpu"), steps_per_epoch=1),
-                              corpus, first.inits[0], first.seeds[0])
+            member = Member(first.inits[0], first.seeds[0],
+                            replace(first.train_config(first.seeds[0], "cpu"), steps_per_epoch=1))
+            trainer = Trainer(first.model_config(depth, corpus.vocab_size), [member], corpus)
             c0 = cpu_clock()
             step_s = time_per_call(trainer.train_epoch, steps, clock)  # one step per "epoch"
             cpu_step_s = (cpu_clock() - c0) / (steps + 1)  # the warm-up step included
-            epoch_s = time_per_call(lambda t=trainer: (probe_layers(t.model, t.probe_x), t.val_loss()), 1, clock)
+            epoch_s = time_per_call(lambda t=trainer: (probe_layers(t.model, t.probe_x), t.val_losses()), 1, clock)
             costs[depth] = ShapeCost(step_s, epoch_s, cpu_step_s)
     finally:
         torch.set_num_threads(previous)

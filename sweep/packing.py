@@ -2,7 +2,7 @@
 
 A pack is one trial that trains K runs of one shape, same depth, condition and strengths (the
 preset fixes corpus and schedule), differing in init and seed, as one batched model
-(``model.pack.PackedTrainer``). ``plan_packs`` cuts a grid into packs; ``--pack
+(``model.trainer.Trainer`` with several members). ``plan_packs`` cuts a grid into packs; ``--pack
 auto`` is every run of a shape when the Ray cluster has GPUs and 1 on a CPU-only
 cluster, where packing buys nothing. A condition that is not pack-aware runs unpacked.
 No Ray here: the driver passes the cluster's GPU count in.
@@ -84,7 +84,7 @@ def plan_packs(cells: Sequence[Cell], request: PackRequest, cluster_gpus: float,
 
     Each shape's runs are cut, in grid order, into packs of the requested size (the last one may be
     smaller); the trials follow the grid's order of their first runs (``--compile`` compiles a
-    pack's batched loss, ``model.pack``).
+    pack's batched loss, ``model.trainer``).
     ``packable(condition)`` is ``interventions.base.packable_condition`` by default.
     """
     if packable is None:

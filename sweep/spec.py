@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from interventions import default_strengths
 from model.gpt import GPTConfig
 from model.plugins import Plugins
-from model.train import TrainConfig
+from model.recipe import TrainConfig
 from sweep.options import TrialOptions
 from sweep.store.schema import run_id, strengths_json
 

@@ -1,8 +1,8 @@
 """The Tune trainable: one run of a sweep, or a pack of them, as its run spec says.
 
 It decodes the run spec (``sweep.spec``: checked once in the driver, read here
-without re-checking), calls the framework-free ``model.train.Trainer`` (a pack:
-``model.pack.PackedTrainer``, every member's rows as its own run's), writes each
+without re-checking), calls the framework-free ``model.trainer.Trainer`` (one
+run, or a pack whose every member's rows are its own run's), writes each
 epoch's rows to the Parquet store, reports scalars (only) to Tune with a
 checkpoint, and resumes from ``tune.get_checkpoint()``. The store's writes are
 idempotent per (run, epoch), so an epoch replayed after a crash overwrites its
@@ -26,9 +26,11 @@ from ray import tune
 
 from interventions import make_intervention
 from model.corpus import Corpus
-from model.train import EpochReport, Trainer
+from model.report import EpochReport
+from model.stack import Member
+from model.trainer import Trainer
 from sweep.faults import FaultInjection, fault_from_config
-from sweep.spec import RunIdentity, TrialSpec, decode, plugins_of
+from sweep.spec import RunIdentity, decode, plugins_of
 from sweep.store import Store
 
 STATE_FILE = "trainer.pt"
@@ -90,9 +92,8 @@ def load_state(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"refusing checkpoint {path}: it holds more than weights ({first})") from None
 
 
-def restore(trainer: Any) -> int:
-    """Load the trial's Tune checkpoint into ``trainer`` (a ``Trainer`` or ``PackedTrainer``), if
-    there is one; the epoch it holds (stored and reported already), else -1. The checkpoint of
+def restore(trainer: Trainer) -> int:
+    """Load the trial's Tune checkpoint into ``trainer``, if there is one; the epoch it holds (stored and reported already), else -1. The checkpoint of
     epoch 0 is a marker (``INITIAL``): a trainer just built is that state already."""
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
@@ -113,7 +114,7 @@ def write_rows(store: Store, run: RunIdentity, report: EpochReport) -> None:
     store.write_epoch({**identity, "epoch": report.epoch, **report.run})
 
 
-def report_to_tune(trainer: Any, metrics: dict[str, Any], checkpoint: bool) -> None:
+def report_to_tune(trainer: Trainer, metrics: dict[str, Any], checkpoint: bool) -> None:
     """``tune.report`` the epoch's scalars, with the trainer's whole state when ``checkpoint`` (at
     epoch 0 the ``INITIAL`` marker: the initial state is rebuilt from the seeds, not saved)."""
     if not checkpoint:
@@ -153,7 +154,14 @@ def _warm_cuda() -> None:
 
 
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
-    """Tune function trainable. ``config``: ``TrialSpec.to_config()`` (and, in crash tests, ``fault``)."""
+    """Tune function trainable: one run, or a pack trained as one batched model whose every
+    member's rows go to the store as its own run's. ``config``: ``TrialSpec.to_config()`` (and,
+    in crash tests, ``fault``).
+
+    Tune gets one report per epoch, after every member still training has written that epoch's rows,
+    with one checkpoint of the whole trial: a retry resumes every member from the same epoch, and an
+    epoch replayed after a crash overwrites each member's own rows.
+    """
     clock = StartClock()
     _warm_cuda()
     plugins_of(config).load()  # before the spec's names meet the registries
@@ -162,24 +170,32 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     torch.set_num_threads(max(1, int(spec.options.cpus_per_trial)))
     fault = fault_from_config(config)
-    if len(spec.runs) > 1:
-        train_pack(spec, corpus, fault, clock)
-        return
-    run = spec.runs[0]
-    intervention = make_intervention(spec.condition, **dict(spec.strengths))  # SPEC §5 strengths
-    trainer = Trainer(spec.model, spec.run_train(run, _device()), corpus, run.init, run.seed, intervention)
+    device = _device()
+    trainer = Trainer(spec.model, [Member(r.init, r.seed, spec.run_train(r, device)) for r in spec.runs], corpus,
+                      lambda: make_intervention(spec.condition, **dict(spec.strengths)))  # SPEC §5 strengths
     clock.mark("built")
     restored_epoch = restore(trainer)
     store = Store(spec.options.store)
     every = spec.options.checkpoint_every
+    # members still training: each reports every epoch until it completes or diverges
+    waiting = {i for i, s in enumerate(trainer.statuses) if s == "running"}
+    epoch_reports: dict[int, EpochReport] = {}
+    last: dict[str, dict[str, Any]] = {str(i): {"status": s} for i, s in enumerate(trainer.statuses)}
 
-    def on_epoch(report: EpochReport) -> None:
-        if report.epoch <= restored_epoch:  # Trainer.run re-measures epoch 0 when restored there
+    def on_epoch(i: int, report: EpochReport) -> None:
+        nonlocal waiting
+        if report.epoch <= restored_epoch:  # the trainer re-measures epoch 0 when restored there
             return
-        write_rows(store, run, report)
+        write_rows(store, spec.runs[i], report)
+        epoch_reports[i] = report
+        last[str(i)] = {k: v for k, v in tune_metrics(report).items() if k not in ("node_id", "gpu_ids")}
+        if waiting - set(epoch_reports):
+            return  # other members' rows of this epoch still to come
         _maybe_fail(fault, report.epoch)
-        report_to_tune(trainer, {**tune_metrics(report), **clock.metrics(report)},
-                       checkpoint=not report.epoch % every or report.run["status"] != "running")
+        metrics = tune_metrics(report) if len(spec.runs) == 1 else pack_metrics(epoch_reports, last)
+        waiting = {j for j, r in epoch_reports.items() if r.run["status"] == "running"}
+        epoch_reports.clear()
+        report_to_tune(trainer, {**metrics, **clock.metrics(report)}, checkpoint=not report.epoch % every or not waiting)
 
     trainer.run(on_epoch)
 
@@ -198,43 +214,3 @@ def pack_metrics(reports: dict[int, EpochReport], members: dict[str, dict[str, A
     out["node_id"], out["gpu_ids"] = per[0]["node_id"], per[0]["gpu_ids"]
     out["members"] = members
     return out
-
-
-def train_pack(spec: TrialSpec, corpus: Corpus, fault: FaultInjection | None, clock: StartClock) -> None:
-    """Train a pack's members as one batched model; each member's rows go to the store as its own run's.
-
-    Tune gets one report per epoch, after every member still training has written that epoch's rows,
-    with one checkpoint of the whole pack: a retry resumes every member from the same epoch, and an
-    epoch replayed after a crash overwrites each member's own rows.
-    """
-    from model.pack import Member, PackedTrainer
-
-    device = _device()
-    members = [Member(r.init, r.seed, spec.run_train(r, device)) for r in spec.runs]
-    trainer = PackedTrainer(spec.model, members, corpus,
-                            lambda: make_intervention(spec.condition, **dict(spec.strengths)))
-    clock.mark("built")
-    restored_epoch = restore(trainer)
-    store = Store(spec.options.store)
-    every = spec.options.checkpoint_every
-    # members still training: each reports every epoch until it completes or diverges
-    waiting = {i for i, s in enumerate(trainer.statuses) if s == "running"}
-    epoch_reports: dict[int, EpochReport] = {}
-    last: dict[str, dict[str, Any]] = {str(i): {"status": s} for i, s in enumerate(trainer.statuses)}
-
-    def on_epoch(i: int, report: EpochReport) -> None:
-        nonlocal waiting
-        if report.epoch <= restored_epoch:
-            return
-        write_rows(store, spec.runs[i], report)
-        epoch_reports[i] = report
-        last[str(i)] = {k: v for k, v in tune_metrics(report).items() if k not in ("node_id", "gpu_ids")}
-        if waiting - set(epoch_reports):
-            return  # other members' rows of this epoch still to come
-        _maybe_fail(fault, report.epoch)
-        metrics = {**pack_metrics(epoch_reports, last), **clock.metrics(report)}
-        waiting = {j for j, r in epoch_reports.items() if r.run["status"] == "running"}
-        epoch_reports.clear()
-        report_to_tune(trainer, metrics, checkpoint=not report.epoch % every or not waiting)
-
-    trainer.run(on_epoch)

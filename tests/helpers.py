@@ -17,7 +17,7 @@ import torch
 from model.corpus import Corpus
 from model.gpt import GPTConfig
 from model.qk_init import build_model
-from model.train import TrainConfig
+from model.recipe import TrainConfig
 
 CONTEXT = 16
 WORDS = ("the", "key", "query", "attends", "to", "a", "sharp", "broad", "head", "layer", "of")

@@ -13,7 +13,10 @@ import torch
 from interventions import Intervention
 from model.corpus import Corpus
 from model.gpt import GPTConfig
-from model.train import EpochReport, TrainConfig, Trainer
+from model.recipe import TrainConfig
+from model.report import EpochReport
+from model.stack import Member
+from model.trainer import Trainer
 
 CONDITIONS = ("none", "forced_k_contraction", "k_spectrum_clamp", "freeze_k", "freeze_q", "qk_align_reg")
 SEED = 3
@@ -43,7 +46,7 @@ def train_cfg() -> TrainConfig:
 
 
 def make_trainer(iv: Intervention, model_seed: int = SEED) -> Trainer:
-    return Trainer(model_cfg(), train_cfg(), tiny_corpus(), "independent_xavier", model_seed, iv)
+    return Trainer(model_cfg(), [Member("independent_xavier", model_seed, train_cfg())], tiny_corpus(), lambda: iv)
 
 
 def train(iv: Intervention, on_epoch: Callable[[Trainer, EpochReport], None] | None = None
@@ -52,12 +55,12 @@ def train(iv: Intervention, on_epoch: Callable[[Trainer, EpochReport], None] | N
     trainer = make_trainer(iv)
     reports: list[EpochReport] = []
 
-    def record(report: EpochReport) -> None:
+    def record(_: int, report: EpochReport) -> None:
         reports.append(report)
         if on_epoch is not None:
             on_epoch(trainer, report)
 
-    assert trainer.run(record) == "completed"
+    assert trainer.run(record) == ["completed"]
     return trainer, reports
 
 

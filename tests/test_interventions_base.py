@@ -19,7 +19,7 @@ from intervention_helpers import (
 
 import interventions
 from interventions import REGISTRY, Intervention, make_intervention
-from model.train import EpochReport
+from model.report import EpochReport
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -90,7 +90,7 @@ def test_resume_is_bit_identical(name: str) -> None:
 
     first = make_trainer(make_intervention(name, **strengths))
 
-    def stop(report: EpochReport) -> None:
+    def stop(_: int, report: EpochReport) -> None:
         if report.epoch == 1:
             raise _Stop
 
@@ -106,5 +106,5 @@ def test_resume_is_bit_identical(name: str) -> None:
     resumed = make_trainer(make_intervention(name, **strengths), model_seed=SEED + 1)
     resumed.load_state_dict(state)
     assert resumed.epoch == 1 and resumed.step == STEPS
-    assert resumed.run() == "completed"
+    assert resumed.run() == ["completed"]
     assert_params_equal(params(resumed), params(uninterrupted))

@@ -51,7 +51,7 @@ def test_forced_k_contraction_lowers_pr_k() -> None:
 def test_forced_k_contraction_needs_a_training_forward() -> None:
     iv = make_intervention("forced_k_contraction")
     trainer = make_trainer(iv)
-    trainer.val_loss()  # a no-grad eval pass must not leave captures behind
+    trainer.val_losses()  # a no-grad eval pass must not leave captures behind
     with pytest.raises(RuntimeError, match="captured keys for 0 of 2 layers"):
         iv.extra_loss(trainer.model)
 

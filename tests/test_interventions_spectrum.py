@@ -16,7 +16,8 @@ from intervention_helpers import (
 )
 
 from interventions import Intervention, make_intervention
-from model.train import EpochReport, Trainer
+from model.report import EpochReport
+from model.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

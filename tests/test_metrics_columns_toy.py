@@ -20,7 +20,9 @@ from store_helpers import data_files
 
 from metrics import columns
 from metrics.columns import PER_HEAD, LayerMetric, check_layer_columns
-from model.train import EpochReport, Trainer
+from model.report import EpochReport
+from model.stack import Member
+from model.trainer import Trainer
 from sweep.report import write_report
 from sweep.store import Store
 from sweep.store import schema as store_schema
@@ -59,9 +61,9 @@ def toy_vocabulary(schema: bool = True):
 
 def train() -> tuple[Trainer, list[EpochReport]]:
     cfg = tiny_train_cfg(epochs=EPOCHS, steps_per_epoch=2, seed=SEED)
-    trainer = Trainer(tiny_model_cfg(), cfg, tiny_corpus(), INIT, SEED)
+    trainer = Trainer(tiny_model_cfg(), [Member(INIT, SEED, cfg)], tiny_corpus())
     reports: list[EpochReport] = []
-    trainer.run(reports.append)
+    trainer.run(lambda _, r: reports.append(r))
     return trainer, reports
 
 

@@ -22,7 +22,8 @@ from model.corpus import (
     probe_batch,
     stdlib_docs_text,
 )
-from model.train import Trainer
+from model.stack import Member
+from model.trainer import Trainer
 
 LIMIT = 10_000  # stands in for the 40M-character WikiText limit
 
@@ -215,17 +216,17 @@ def test_file_shorter_than_one_window_errors_in_sampler(tmp_path: Path) -> None:
     # ... and in the Trainer, whose default epoch length would be zero steps
     short = Corpus("short", c.vocab, c.train, c.val)
     with pytest.raises(ValueError, match="steps_per_epoch"):
-        Trainer(tiny_model_cfg(short.vocab_size), tiny_train_cfg(steps_per_epoch=None), short,
-                "independent_xavier", 0)
+        Trainer(tiny_model_cfg(short.vocab_size), [Member("independent_xavier", 0, tiny_train_cfg(steps_per_epoch=None))],
+                short)
 
 
 def test_trainer_with_fewer_tokens_than_one_batch_errors() -> None:
     c = tiny_corpus()
     cut = Corpus("cut", c.vocab, c.train[:100], c.val)  # 100 < batch 8 × context 16
     with pytest.raises(ValueError, match=r"100 training tokens.*8×16.*steps_per_epoch"):
-        Trainer(tiny_model_cfg(), tiny_train_cfg(steps_per_epoch=None), cut, "independent_xavier", 0)
+        Trainer(tiny_model_cfg(), [Member("independent_xavier", 0, tiny_train_cfg(steps_per_epoch=None))], cut)
     # with steps_per_epoch given, 100 tokens are enough windows of 17
-    Trainer(tiny_model_cfg(), tiny_train_cfg(steps_per_epoch=1), cut, "independent_xavier", 0)
+    Trainer(tiny_model_cfg(), [Member("independent_xavier", 0, tiny_train_cfg(steps_per_epoch=1))], cut)
 
 
 # -- batch windows -------------------------------------------------------------------------
@@ -317,10 +318,10 @@ def test_probe_batch_is_fixed_and_comes_from_validation() -> None:
     for row in a.numpy():
         assert any(np.array_equal(row, val[s:s + CONTEXT]) for s in range(len(val) - CONTEXT + 1))
     # nothing run-specific changes it: run seed, model seed, init, batch size
-    t1 = Trainer(tiny_model_cfg(), tiny_train_cfg(seed=1), c, "independent_xavier", 1)
-    t2 = Trainer(tiny_model_cfg(), tiny_train_cfg(seed=2, batch_size=4), c, "qk_identical", 2)
+    t1 = Trainer(tiny_model_cfg(), [Member("independent_xavier", 1, tiny_train_cfg(seed=1))], c)
+    t2 = Trainer(tiny_model_cfg(), [Member("qk_identical", 2, tiny_train_cfg(seed=2, batch_size=4))], c)
     assert torch.equal(t1.probe_x, a) and torch.equal(t2.probe_x, a)
-    assert not torch.equal(t1.sampler.next()[0][:4], t2.sampler.next()[0])  # while batches differ
+    assert not torch.equal(t1.samplers[0].next()[0][:4], t2.samplers[0].next()[0])  # while batches differ
 
 
 # -- the embedded corpus -------------------------------------------------------------------

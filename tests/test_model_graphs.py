@@ -19,8 +19,8 @@ from helpers import SimulatedGraphs, tiny_corpus, tiny_model_cfg, tiny_train_cfg
 
 from interventions import Intervention, make_intervention
 from model import graphs
-from model.pack import Member, PackedTrainer
-from model.train import Trainer
+from model.stack import Member
+from model.trainer import Trainer
 
 CONDITIONS = ("none", "forced_k_contraction", "k_spectrum_clamp", "freeze_k", "qk_align_reg")
 TIMING = ("wall_s", "tokens_per_s")
@@ -43,13 +43,13 @@ def cfg(seed: int = 3, **overrides):
 
 
 def trainer(cond: str = "none", graphs_on: bool = True, **overrides) -> Trainer:
-    return Trainer(tiny_model_cfg(), cfg(**overrides), tiny_corpus(), "qk_identical", 1, make_intervention(cond),
-                   graphs=graphs_on)
+    return Trainer(tiny_model_cfg(), [Member("qk_identical", 1, cfg(**overrides))], tiny_corpus(),
+                   lambda: make_intervention(cond), graphs=graphs_on)
 
 
 def reports(t) -> list:
     out = []
-    t.run(lambda *args: out.append(args[-1] if len(args) == 1 else args))
+    t.run(lambda i, r: out.append(r if len(t.members) == 1 else (i, r)))
     return out
 
 
@@ -97,8 +97,8 @@ def test_a_resumed_run_records_again_and_stays_exact(simulated: SimulatedGraphs)
 def test_a_recorded_pack_trains_exactly_as_the_eager_pack(simulated: SimulatedGraphs, cond: str) -> None:
     members = [Member("independent_xavier", 1, cfg(3)), Member("qk_identical", 2, cfg(4))]
 
-    def pack(graphs_on: bool) -> PackedTrainer:
-        return PackedTrainer(tiny_model_cfg(), members, tiny_corpus(), lambda: make_intervention(cond),
+    def pack(graphs_on: bool) -> Trainer:
+        return Trainer(tiny_model_cfg(), members, tiny_corpus(), lambda: make_intervention(cond),
                              graphs=graphs_on)
 
     eager, graphed = pack(False), pack(True)
@@ -120,7 +120,7 @@ def test_a_step_that_cannot_be_recorded_trains_eagerly_and_says_why_once(monkeyp
     assert_same_weights(failing.model, eager.model)
     lines = capsys.readouterr().err.strip().splitlines()
     # validation is recorded first (epoch 0); its failure turns the step's graph off too
-    assert lines == ["[qkgeom] run: CUDA graphs off, training eagerly: recording the validation loss failed: "
+    assert lines == ["[qkgeom] qk_identical seed 1: CUDA graphs off, training eagerly: recording the validation loss failed: "
                      "RuntimeError: operation not permitted when stream is capturing"]
     assert failing.graph_status.startswith("off: recording the validation loss failed")
     assert sim.recorded == 0
@@ -135,7 +135,7 @@ def test_a_step_that_cannot_be_recorded_keeps_the_recorded_validation(monkeypatc
     assert [plain(r) for r in reports(failing)] == [plain(r) for r in reports(eager)]
     assert_same_weights(failing.model, eager.model)
     assert capsys.readouterr().err.strip().splitlines() == [
-        "[qkgeom] run: CUDA graphs off, training eagerly: recording the step failed: "
+        "[qkgeom] qk_identical seed 1: CUDA graphs off, training eagerly: recording the step failed: "
         "RuntimeError: CUDA error: operation failed due to a previous error during capture"]
     assert sim.recorded == 1 and sim.replays == 3  # validation stays recorded: epochs 0, 1, 2
 

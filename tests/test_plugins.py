@@ -21,7 +21,8 @@ from torch import nn
 from interventions import CONTROL, Intervention, make_intervention, register
 from model.plugins import PluginError, Plugins, load_plugins, preload
 from model.qk_init import DEFAULT_INIT, register_init
-from model.train import Trainer
+from model.stack import Member
+from model.trainer import Trainer
 from sweep import report
 from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS, Preset
 from sweep.report import figures as fg
@@ -55,11 +56,12 @@ def _run_preset(preset: Preset, store: Store) -> None:
     """What ``sweep.trial.train_cell`` does, without Ray: every cell through the Trainer into the store."""
     corpus = tiny_corpus()
     for cell in preset.cells():
-        trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size), preset.train_config(cell.seed, "cpu"),
-                          corpus, cell.init, cell.seed, make_intervention(cell.condition))
+        trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
+                          [Member(cell.init, cell.seed, preset.train_config(cell.seed, "cpu"))], corpus,
+                          lambda cell=cell: make_intervention(cell.condition))
         identity = RunIdentity(**cell.identity()).row()
 
-        def on_epoch(r, identity=identity):
+        def on_epoch(_, r, identity=identity):
             if r.layers:
                 store.write_layers([{**identity, "epoch": r.epoch, **row} for row in r.layers])
             store.write_epoch({**identity, "epoch": r.epoch, **r.run})

@@ -9,7 +9,9 @@ import torch
 
 from model.corpus import Corpus
 from model.gpt import GPTConfig
-from model.train import TrainConfig, Trainer
+from model.recipe import TrainConfig
+from model.stack import Member
+from model.trainer import Trainer
 from sweep.extension.revision_probe import Job, ProbeSettings, RevisionError, probe_revision
 from sweep.trial import CheckpointError, load_state
 
@@ -37,14 +39,15 @@ def tiny_corpus() -> Corpus:
 def test_trainer_state_loads_with_weights_only(tmp_path) -> None:
     corpus = tiny_corpus()
     cfg = GPTConfig(vocab_size=len(VOCAB), n_layer=1, n_head=2, d_model=8, d_mlp=16, context=8)
-    trainer = Trainer(cfg, TrainConfig(batch_size=2, epochs=1, steps_per_epoch=2, eval_batches=1,
-                                       probe_seqs=2, device="cpu"), corpus, "independent_xavier", 0)
+    member = Member("independent_xavier", 0, TrainConfig(batch_size=2, epochs=1, steps_per_epoch=2, eval_batches=1,
+                                                         probe_seqs=2, device="cpu"))
+    trainer = Trainer(cfg, [member], corpus)
     trainer.run()
     torch.save(trainer.state_dict(), tmp_path / "trainer.pt")
     state = load_state(tmp_path / "trainer.pt")
-    again = Trainer(cfg, trainer.cfg, corpus, "independent_xavier", 0)
+    again = Trainer(cfg, [member], corpus)
     again.load_state_dict(state)
-    assert again.epoch == 1 and again.status == "completed"
+    assert again.epoch == 1 and again.statuses == ["completed"]
     assert all(torch.equal(a, b) for a, b in zip(again.model.state_dict().values(),
                                                  trainer.model.state_dict().values(), strict=True))
 

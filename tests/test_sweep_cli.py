@@ -20,7 +20,7 @@ import ray
 
 from model import train as model_train
 from model.gpt import GPTConfig
-from model.train import TrainConfig
+from model.recipe import TrainConfig
 from sweep import baseline, browse, demo, extension, interventions, report, store
 from sweep.cli import local_gpus
 from sweep.extension import tiny_series

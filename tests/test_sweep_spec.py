@@ -11,7 +11,7 @@ from sweep_helpers import v1_config
 
 from model.gpt import GPTConfig
 from model.plugins import Plugins
-from model.train import TrainConfig
+from model.recipe import TrainConfig
 from sweep import baseline, interventions
 from sweep.options import TrialOptions
 from sweep.packing import plan_packs

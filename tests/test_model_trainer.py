@@ -1,16 +1,23 @@
-"""model/train.py (SPEC §3, §4.1): epoch reports, resume bit-identity, divergence, config, optimiser."""
+"""model/trainer.py with one member (SPEC §3, §4.1): epoch reports, resume bit-identity, divergence, config,
+optimiser; exactly the values of the trainer it replaced (``trainer_legacy.py``), and its checkpoints resume."""
 
 from __future__ import annotations
 
 import io
+import json
 import math
 from functools import cache
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import CONTEXT, tiny_corpus, tiny_model_cfg, tiny_train_cfg
 
-from model.train import EpochReport, TrainConfig, Trainer
+from interventions import make_intervention
+from model.recipe import TrainConfig
+from model.report import EpochReport
+from model.stack import Member
+from model.trainer import Trainer
 from sweep.store.schema import EPOCH_METRICS, LAYER_GRAD_METRICS, LAYER_METRICS
 
 EPOCHS, STEPS, BATCH = 3, 5, 8
@@ -19,7 +26,7 @@ TOKENS_PER_EPOCH = STEPS * BATCH * CONTEXT
 
 def make_trainer(epochs: int = EPOCHS, qk_init: str = "independent_xavier", **overrides) -> Trainer:
     cfg = tiny_train_cfg(epochs=epochs, steps_per_epoch=STEPS, lr=3e-3, seed=11, **overrides)
-    return Trainer(tiny_model_cfg(), cfg, tiny_corpus(), qk_init, 5)
+    return Trainer(tiny_model_cfg(), [Member(qk_init, 5, cfg)], tiny_corpus())
 
 
 def params(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -36,7 +43,7 @@ def comparable(report: EpochReport) -> tuple:
 def uninterrupted() -> tuple[dict[str, torch.Tensor], list[EpochReport], str]:
     trainer = make_trainer()
     reports: list[EpochReport] = []
-    status = trainer.run(reports.append)
+    [status] = trainer.run(lambda _, r: reports.append(r))
     return params(trainer), reports, status
 
 
@@ -89,7 +96,7 @@ def test_resume_is_bit_identical(stop_at: int) -> None:
     first = make_trainer()
     saved = io.BytesIO()
 
-    def stop(report: EpochReport) -> None:
+    def stop(_: int, report: EpochReport) -> None:
         if report.epoch == stop_at:
             torch.save(first.state_dict(), saved)  # as the trial does, inside on_epoch
             raise _Stop
@@ -103,7 +110,7 @@ def test_resume_is_bit_identical(stop_at: int) -> None:
     resumed.load_state_dict(state)
     assert resumed.epoch == stop_at and resumed.step == stop_at * STEPS
     reports: list[EpochReport] = []
-    assert resumed.run(reports.append) == "completed"
+    assert resumed.run(lambda _, r: reports.append(r)) == ["completed"]
     # a state saved at epoch 0 (step 0) reports epoch 0 again on resume, identically (the
     # store's writes are idempotent); a later state continues with the next epoch
     first_epoch = 0 if stop_at == 0 else stop_at + 1
@@ -121,7 +128,7 @@ def test_a_trainer_without_resume_differs_with_another_batch_seed() -> None:
     """The resume test above can fail: another batch order gives other weights."""
     full_params, _, _ = uninterrupted()
     other = make_trainer(epochs=EPOCHS)
-    other.sampler.load_state_dict({"generator": torch.Generator().manual_seed(12).get_state()})
+    other.samplers[0].load_state_dict({"generator": torch.Generator().manual_seed(12).get_state()})
     other.run()
     assert not torch.equal(params(other)["blocks.0.attn.k_proj.weight"], full_params["blocks.0.attn.k_proj.weight"])
 
@@ -131,14 +138,14 @@ def test_non_finite_loss_ends_the_run_as_diverged(check_every: int) -> None:
     trainer = make_trainer(check_every=check_every)
     reports: list[EpochReport] = []
 
-    def poison(report: EpochReport) -> None:
+    def poison(_: int, report: EpochReport) -> None:
         reports.append(report)
         if report.epoch == 0:
             with torch.no_grad():
                 trainer.model.blocks[0].attn.v_proj.weight.fill_(float("nan"))
 
-    assert trainer.run(poison) == "diverged"
-    assert trainer.status == "diverged"
+    assert trainer.run(poison) == ["diverged"]
+    assert trainer.statuses == ["diverged"]
     assert [r.epoch for r in reports] == [0, 1]  # no epoch after the divergence
     last = reports[-1]
     assert last.run["status"] == "diverged"
@@ -146,7 +153,7 @@ def test_non_finite_loss_ends_the_run_as_diverged(check_every: int) -> None:
     # the check runs every ``check_every`` steps, and at the end of the epoch
     steps = 1 if check_every == 1 else STEPS
     assert trainer.step == steps and last.run["tokens_seen"] == steps * BATCH * CONTEXT
-    assert trainer.run() == "diverged"  # a diverged run stays stopped
+    assert trainer.run() == ["diverged"]  # a diverged run stays stopped
 
 
 @pytest.mark.parametrize("field,value", [
@@ -168,9 +175,9 @@ def test_train_config_defaults_are_the_paper_recipe() -> None:
 
 def test_trainer_rejects_mismatched_vocab_and_unknown_init() -> None:
     with pytest.raises(ValueError, match="vocab_size"):
-        Trainer(tiny_model_cfg(vocab_size=99), tiny_train_cfg(), tiny_corpus(), "independent_xavier", 0)
+        Trainer(tiny_model_cfg(vocab_size=99), [Member("independent_xavier", 0, tiny_train_cfg())], tiny_corpus())
     with pytest.raises(ValueError, match="bogus"):
-        Trainer(tiny_model_cfg(), tiny_train_cfg(), tiny_corpus(), "bogus", 0)
+        Trainer(tiny_model_cfg(), [Member("bogus", 0, tiny_train_cfg())], tiny_corpus())
 
 
 def test_weight_decay_only_on_matrices_and_embeddings() -> None:
@@ -192,3 +199,92 @@ def test_weight_decay_only_on_matrices_and_embeddings() -> None:
     assert len(all_params) == len({id(p) for p in all_params}) == len(named)
     for g in groups:
         assert g["lr"] == 3e-3 and g["betas"] == (0.9, 0.95)
+
+
+# -- the trainer it replaced: same values, its checkpoints resume --------------------------------
+
+LEGACY = Path(__file__).parent / "fixtures" / "legacy_checkpoints"
+TIMING = ("wall_s", "tokens_per_s")
+
+
+def _untimed(report: EpochReport) -> tuple:
+    return report.epoch, {k: v for k, v in report.run.items() if k not in TIMING}, report.layers
+
+
+@pytest.mark.parametrize("cond", ["none", "forced_k_contraction", "freeze_k", "freeze_q", "qk_align_reg",
+                                  "k_spectrum_clamp"])
+def test_one_member_writes_exactly_the_values_of_the_trainer_it_replaced(cond: str, one_thread) -> None:
+    """``--pack 1``: every run-level column and every probe row equal, bit for bit, to the one-run
+    Trainer before the trainers became one (``trainer_legacy.py``, same torch, same threads)."""
+    import trainer_legacy
+
+    cfg = tiny_train_cfg(epochs=2, seed=3, check_every=3)
+    theirs: list = []
+    trainer_legacy.Trainer(tiny_model_cfg(), cfg, tiny_corpus(), "qk_identical", 4,
+                           make_intervention(cond)).run(theirs.append)
+    mine: list[EpochReport] = []
+    Trainer(tiny_model_cfg(), [Member("qk_identical", 4, cfg)], tiny_corpus(),
+            lambda: make_intervention(cond)).run(lambda _, r: mine.append(r))
+    assert [_untimed(r) for r in mine] == [_untimed(r) for r in theirs]
+    assert len(mine) == 3 and mine[-1].run["grad_norm"] > 0
+
+
+def _resume_legacy(name: str, trainer: Trainer) -> list[tuple[int, EpochReport]]:
+    trainer.load_state_dict(torch.load(LEGACY / f"{name}_epoch1.pt", weights_only=True))
+    got: list[tuple[int, EpochReport]] = []
+    trainer.run(lambda i, r: got.append((i, r)))
+    return got
+
+
+def test_a_checkpoint_of_the_old_one_run_trainer_resumes_exactly(one_thread) -> None:
+    """``run_epoch1.pt``: saved by the old one-run Trainer after epoch 1 of 3 (forced_k_contraction);
+    resumed here it continues as the old trainer did from the same file (and as it did then, to
+    the precision a JSON file keeps)."""
+    import trainer_legacy
+
+    cfg = tiny_train_cfg(epochs=3, seed=3)
+    got = _resume_legacy("run", Trainer(tiny_model_cfg(), [Member("qk_identical", 4, cfg)], tiny_corpus(),
+                                        lambda: make_intervention("forced_k_contraction")))
+    old = trainer_legacy.Trainer(tiny_model_cfg(), cfg, tiny_corpus(), "qk_identical", 4,
+                                 make_intervention("forced_k_contraction"))
+    old.load_state_dict(torch.load(LEGACY / "run_epoch1.pt", weights_only=True))
+    theirs: list = []
+    old.run(theirs.append)
+    assert [i for i, _ in got] == [0, 0] and [_untimed(r) for _, r in got] == [_untimed(r) for r in theirs]
+    saved = json.loads((LEGACY / "run_after.json").read_text())
+    for (_, r), then in zip(got, saved, strict=True):
+        assert r.epoch == then["epoch"] and r.run["val_loss"] == pytest.approx(then["run"]["val_loss"], rel=1e-6)
+
+
+def test_a_checkpoint_of_the_old_pack_trainer_resumes(one_thread) -> None:
+    """``pack_epoch1.pt``: saved by the old PackedTrainer (2 members, k_spectrum_clamp) after epoch
+    1 of 3; resumed here, each member's reports are those it gave then (the clamp now decomposes in
+    one call, so to 1e-6 rather than bit for bit)."""
+    ms = [Member("qk_identical", 4, tiny_train_cfg(epochs=3, seed=3)),
+          Member("independent_xavier", 5, tiny_train_cfg(epochs=3, seed=6))]
+    got = _resume_legacy("pack", Trainer(tiny_model_cfg(), ms, tiny_corpus(),
+                                         lambda: make_intervention("k_spectrum_clamp")))
+    saved = json.loads((LEGACY / "pack_after.json").read_text())
+    assert [(i, r.epoch) for i, r in got] == [(s["member"], s["epoch"]) for s in saved]
+    for (_, r), then in zip(got, saved, strict=True):
+        for key in ("train_loss", "val_loss", "grad_norm", "tokens_seen"):
+            assert r.run[key] == pytest.approx(then["run"][key], rel=1e-6), key
+        for row, old in zip(r.layers, then["layers"], strict=True):
+            for key in ("pr_q", "pr_k", "qk_erank", "attn_entropy", "wk_erank"):
+                assert row[key] == pytest.approx(old[key], rel=1e-5), key
+
+
+def test_a_pack_decays_by_role_and_its_layers_say_how_many_members_they_hold() -> None:
+    ms = [Member("qk_identical", s, tiny_train_cfg()) for s in (1, 2, 3)]
+    pack = Trainer(tiny_model_cfg(), ms, tiny_corpus())
+    by_id = {id(p): n for n, p in pack.model.named_parameters()}
+    decayed = {by_id[id(p)] for g in pack.optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    one = make_trainer()
+    expected = {by_id_name for g in one.optimizer.param_groups if g["weight_decay"] > 0
+                for by_id_name in ({n for n, p in one.model.named_parameters() if p is q} for q in g["params"])
+                for by_id_name in by_id_name}
+    assert decayed == expected and "blocks.0.ln1.weight" not in decayed  # a stacked gain is 2-D: [3, d]
+    assert pack.params["blocks.0.ln1.weight"].shape == (3, 32)
+    assert "members=3, in_features=32, out_features=32" in repr(pack.model.blocks[0].attn.q_proj)
+    assert "members=3, (32,)" in repr(pack.model.blocks[0].ln1)
+    assert "members=3" in repr(pack.model.tok_emb) and "members" not in repr(one.model)

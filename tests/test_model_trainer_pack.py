@@ -1,6 +1,6 @@
-"""model/pack.py (SPEC §5.1): a packed trial equals its members' unpacked ``Trainer`` runs.
+"""model/trainer.py with several members (SPEC §5.1): a pack equals its members' one-run ``Trainer``s.
 
-Every comparison is against independent unpacked Trainers (float64 unless said otherwise).
+Every comparison is against independent one-member Trainers (float64 unless said otherwise).
 Weights are compared with an absolute floor, and in float32 without the key bias: its gradient
 is zero in exact arithmetic (softmax is shift-invariant per query), so it holds only rounding
 noise, which AdamW's normalisation turns into steps of up to lr (float64: ~1e-13 after 20 steps;
@@ -20,9 +20,11 @@ from helpers import random_tokens, tiny_corpus, tiny_model_cfg, tiny_train_cfg
 
 from interventions import Intervention, make_intervention, packable_condition
 from interventions.freeze import FreezeK
-from model.pack import Member, PackedTrainer, check_packable
 from model.qk_init import build_model
-from model.train import EpochReport, Trainer
+from model.recipe import compile_model
+from model.report import EpochReport
+from model.stack import Member, check_packable
+from model.trainer import Trainer
 
 CONDITIONS = ("none", "forced_k_contraction", "k_spectrum_clamp", "freeze_k", "freeze_q", "qk_align_reg")
 TIMING = ("wall_s", "tokens_per_s")
@@ -55,7 +57,7 @@ def condition(name: str):
     return lambda: make_intervention(name)
 
 
-def run_pack(pack: PackedTrainer, on_epoch=None) -> dict[int, list[EpochReport]]:
+def run_pack(pack: Trainer, on_epoch=None) -> dict[int, list[EpochReport]]:
     reports: dict[int, list[EpochReport]] = {i: [] for i in range(len(pack.members))}
 
     def record(i: int, report: EpochReport) -> None:
@@ -68,11 +70,10 @@ def run_pack(pack: PackedTrainer, on_epoch=None) -> dict[int, list[EpochReport]]
 
 
 def run_unpacked(member: Member, cond: str = "none", on_epoch=None) -> tuple[Trainer, list[EpochReport]]:
-    trainer = Trainer(tiny_model_cfg(), member.train, tiny_corpus(), member.qk_init, member.model_seed,
-                      make_intervention(cond))
+    trainer = Trainer(tiny_model_cfg(), [member], tiny_corpus(), condition(cond))
     reports: list[EpochReport] = []
 
-    def record(report: EpochReport) -> None:
+    def record(_: int, report: EpochReport) -> None:
         reports.append(report)
         if on_epoch is not None:
             on_epoch(trainer, report)
@@ -108,7 +109,7 @@ def assert_reports_close(packed: list[EpochReport], unpacked: list[EpochReport],
                 assert_value_close(row_u[key], row_p[key], rtol, f"epoch {u.epoch} layer {row_u['layer']} {key}")
 
 
-def assert_weights_close(pack: PackedTrainer, i: int, model: torch.nn.Module, dtype: torch.dtype,
+def assert_weights_close(pack: Trainer, i: int, model: torch.nn.Module, dtype: torch.dtype,
                          cond: str = "none") -> None:
     rtol, atol = TOL[dtype]
     mine = dict(pack.member_model(i).named_parameters())
@@ -122,7 +123,7 @@ def assert_weights_close(pack: PackedTrainer, i: int, model: torch.nn.Module, dt
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"], indirect=True)
 def test_pack_of_three_equals_three_unpacked_trainers(dtype: torch.dtype) -> None:
     ms = members()
-    pack = PackedTrainer(tiny_model_cfg(), ms, tiny_corpus())
+    pack = Trainer(tiny_model_cfg(), ms, tiny_corpus())
     initial = [pack.member_model(i) for i in range(len(ms))]
     packed = run_pack(pack)
     assert pack.statuses == ["completed"] * 3 and pack.epoch == EPOCHS
@@ -140,7 +141,7 @@ def test_pack_of_three_equals_three_unpacked_trainers(dtype: torch.dtype) -> Non
 @pytest.mark.parametrize("cond", CONDITIONS)
 def test_each_condition_packed_equals_unpacked(cond: str, dtype: torch.dtype) -> None:
     ms = members(MEMBERS[:2])
-    pack = PackedTrainer(tiny_model_cfg(), ms, tiny_corpus(), condition(cond))
+    pack = Trainer(tiny_model_cfg(), ms, tiny_corpus(), condition(cond))
     packed = run_pack(pack)
     for i, m in enumerate(ms):
         trainer, unpacked = run_unpacked(m, cond)
@@ -153,9 +154,9 @@ def test_each_condition_packed_equals_unpacked(cond: str, dtype: torch.dtype) ->
 
 def test_packed_forward_equals_plain_gpt_forward_member_by_member(dtype: torch.dtype) -> None:
     ms = members()
-    pack = PackedTrainer(tiny_model_cfg(), ms, tiny_corpus())
+    pack = Trainer(tiny_model_cfg(), ms, tiny_corpus())
     V = tiny_model_cfg().vocab_size
-    x = torch.stack([random_tokens(4, 16, V, seed=i) for i in range(3)])  # (K, B, T)
+    x = torch.stack([random_tokens(4, 16, V, seed=i) for i in range(3)])  # [M, B, T]
     y = torch.stack([random_tokens(4, 16, V, seed=10 + i) for i in range(3)])
     logits, loss = pack.forward(x, y)
     assert logits.shape == (3, 4, 16, V) and loss.shape == (3,)
@@ -175,7 +176,7 @@ def _scale_gradients(params: dict[str, torch.Tensor], scale: torch.Tensor) -> No
 
 def test_each_member_is_clipped_by_its_own_gradient_norm(dtype: torch.dtype) -> None:
     ms = members()
-    pack = PackedTrainer(tiny_model_cfg(), ms, tiny_corpus())
+    pack = Trainer(tiny_model_cfg(), ms, tiny_corpus())
     _scale_gradients(pack.params, torch.tensor([1.0, 100.0, 1.0]))  # member 1's gradients 100× larger
     packed = run_pack(pack)
     for i in (0, 2):  # a norm over the whole stack would have shrunk their updates
@@ -183,10 +184,10 @@ def test_each_member_is_clipped_by_its_own_gradient_norm(dtype: torch.dtype) -> 
         assert_reports_close(packed[i], unpacked, 1e-9)
         assert_weights_close(pack, i, trainer.model, dtype)
     # member 1 equals an unpacked run whose gradients are 100× larger: clipped to its own norm
-    trainer = Trainer(tiny_model_cfg(), ms[1].train, tiny_corpus(), ms[1].qk_init, ms[1].model_seed)
+    trainer = Trainer(tiny_model_cfg(), [ms[1]], tiny_corpus())
     _scale_gradients(dict(trainer.model.named_parameters()), torch.tensor([100.0]))
     unpacked: list[EpochReport] = []
-    trainer.run(unpacked.append)
+    trainer.run(lambda _, report: unpacked.append(report))
     assert_reports_close(packed[1], unpacked, 1e-9)
     assert_weights_close(pack, 1, trainer.model, dtype)
     assert packed[1][1].run["grad_norm"] > 50 * packed[0][1].run["grad_norm"]
@@ -196,7 +197,7 @@ def test_each_member_is_clipped_by_its_own_gradient_norm(dtype: torch.dtype) -> 
 @pytest.mark.parametrize("cond", ["none", "k_spectrum_clamp"])
 def test_a_diverged_member_stops_and_the_others_carry_on(check_every: int, cond: str, dtype: torch.dtype) -> None:
     ms = members(check_every=check_every, epochs=3)
-    pack = PackedTrainer(tiny_model_cfg(), ms, tiny_corpus(), condition(cond))
+    pack = Trainer(tiny_model_cfg(), ms, tiny_corpus(), condition(cond))
 
     def poison(i: int, report: EpochReport) -> None:
         if report.epoch == 0 and i == 1:
@@ -231,7 +232,7 @@ class _Stop(Exception):
 @pytest.mark.parametrize("stop_at", [0, 1])
 def test_resume_is_bit_identical(stop_at: int, dtype: torch.dtype) -> None:
     ms = members(MEMBERS[:2], epochs=3)
-    make = lambda: PackedTrainer(tiny_model_cfg(), ms, tiny_corpus(), condition("k_spectrum_clamp"))  # noqa: E731
+    make = lambda: Trainer(tiny_model_cfg(), ms, tiny_corpus(), condition("k_spectrum_clamp"))  # noqa: E731
     full = make()
     full_reports = run_pack(full)
     first = make()
@@ -279,7 +280,7 @@ def test_check_packable_names_what_differs() -> None:
     with pytest.raises(ValueError, match="at least one member"):
         check_packable([])
     with pytest.raises(ValueError, match="another schedule"):
-        PackedTrainer(tiny_model_cfg(), ms[:1] + [replace(ms[1], train=replace(ms[1].train, batch_size=4))],
+        Trainer(tiny_model_cfg(), ms[:1] + [replace(ms[1], train=replace(ms[1].train, batch_size=4))],
                       tiny_corpus())
 
 
@@ -300,10 +301,10 @@ def test_only_pack_aware_conditions_run_packed(registries) -> None:
     with pytest.raises(ValueError, match="unknown intervention 'bogus'"):
         packable_condition("bogus")
     with pytest.raises(ValueError, match="does not declare itself pack_aware.*unpacked"):
-        PackedTrainer(tiny_model_cfg(), members(), tiny_corpus(), _PluginFreeze)
+        Trainer(tiny_model_cfg(), members(), tiny_corpus(), _PluginFreeze)
 
 
-def _one_step(pack: PackedTrainer, forward, x: torch.Tensor, y: torch.Tensor):
+def _one_step(pack: Trainer, forward, x: torch.Tensor, y: torch.Tensor):
     """Each member's loss, loss + extra loss and gradients of one step through ``forward``."""
     pack._forward = forward
     loss, total = pack._losses(x, y)
@@ -320,13 +321,11 @@ def test_the_compiled_pack_equals_the_eager_pack(dtype: torch.dtype) -> None:
     hooks and one with capture hooks (forced_k_contraction) compiled in turn in the same process, as
     in a Ray worker that trains one trial after another: dynamo must not replay the hook-less graph
     (``compile_model`` guards on hooks; aot_eager: the same tracing, without inductor's C++ build)."""
-    from model.train import compile_model
-
     V = tiny_model_cfg().vocab_size
     x = torch.stack([random_tokens(4, 16, V, seed=i) for i in range(2)])
     y = torch.stack([random_tokens(4, 16, V, seed=10 + i) for i in range(2)])
     for cond, backend in (("none", "inductor"), ("none", "aot_eager"), ("forced_k_contraction", "aot_eager")):
-        pack = PackedTrainer(tiny_model_cfg(), members(MEMBERS[:2]), tiny_corpus(), condition(cond))
+        pack = Trainer(tiny_model_cfg(), members(MEMBERS[:2]), tiny_corpus(), condition(cond))
         eager = _one_step(pack, pack.model, x, y)
         torch._dynamo.utils.counters.clear()
         got = _one_step(pack, compile_model(pack.model, backend), x, y)

@@ -1,8 +1,8 @@
-"""model/train.py's fast path changes no result (CPU): ``Trainer.train_epoch`` (on-device batches,
+"""model/trainer.py's fast path changes no result (CPU): ``Trainer.train_epoch`` (on-device batches,
 q/k grad-norm bookkeeping, scaler, hooks) gives the same losses and weights as the plain
 reference loop of ``bench.train_step`` on the same model and batches.
 
-(A second file for model/train.py: its constants differ from test_model_train.py's.)
+(A second file for model/trainer.py: its constants differ from test_model_trainer.py's.)
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import torch
 from helpers import tiny_corpus, tiny_model_cfg
 
 from bench.train_step import ReferenceLoop
-from model.train import TrainConfig, Trainer
+from model.recipe import TrainConfig
+from model.stack import Member
+from model.trainer import Trainer
 
 STEPS, BATCH, LR, SEED, MODEL_SEED = 6, 8, 3e-3, 11, 5
 
@@ -21,7 +23,7 @@ STEPS, BATCH, LR, SEED, MODEL_SEED = 6, 8, 3e-3, 11, 5
 def _trainer(steps_per_epoch: int, qk_init: str = "independent_xavier") -> Trainer:
     cfg = TrainConfig(device="cpu", lr=LR, batch_size=BATCH, epochs=STEPS, steps_per_epoch=steps_per_epoch,
                       eval_batches=1, probe_seqs=2, seed=SEED)
-    return Trainer(tiny_model_cfg(), cfg, tiny_corpus(), qk_init, MODEL_SEED)
+    return Trainer(tiny_model_cfg(), [Member(qk_init, MODEL_SEED, cfg)], tiny_corpus())
 
 
 def _reference(qk_init: str = "independent_xavier") -> ReferenceLoop:
@@ -31,7 +33,7 @@ def _reference(qk_init: str = "independent_xavier") -> ReferenceLoop:
 @pytest.mark.parametrize("qk_init", ["independent_xavier", "qk_identical"])
 def test_trainer_losses_and_weights_equal_the_plain_loop(qk_init: str) -> None:
     trainer, ref = _trainer(1, qk_init), _reference(qk_init)
-    ours = [trainer.train_epoch()[0] for _ in range(STEPS)]  # one step per call: its own loss
+    ours = [trainer.train_epoch()[0].loss for _ in range(STEPS)]  # one step per call: its own loss
     theirs = [ref.step().item() for _ in range(STEPS)]
     assert ours == pytest.approx(theirs, rel=1e-6, abs=1e-7)
     assert theirs[-1] < theirs[0]  # it trains
@@ -41,7 +43,7 @@ def test_trainer_losses_and_weights_equal_the_plain_loop(qk_init: str) -> None:
 
 def test_one_epoch_mean_loss_and_grad_norms() -> None:
     trainer, ref = _trainer(STEPS), _reference()
-    loss, grad_norm, qk = trainer.train_epoch()
+    loss, grad_norm, qk = trainer.train_epoch()[0]
     losses, norms, qk_norms = [], [], []
     for _ in range(STEPS):  # the reference step, spelled out to read the norms
         x, y = ref.sampler.next()

@@ -1,0 +1,131 @@
+"""The optimisation recipe (SPEC §3): its settings, the device and precision they resolve to, and
+the AdamW they build. No Ray, no files.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation recipe. Defaults are the paper's (SPEC §3)."""
+
+    lr: float = 1e-4  # constant learning rate
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 0.1  # on matrices and embeddings only
+    grad_clip: float = 1.0  # max global grad norm
+    batch_size: int = 64  # sequences per step
+    epochs: int = 45  # epochs after epoch 0
+    steps_per_epoch: int | None = None  # None: one pass, len(train) // (batch · context)
+    eval_batches: int = 8  # fixed validation batches for val_loss
+    probe_seqs: int = 16  # sequences in the fixed probe batch (× context positions)
+    amp: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: bf16/fp16 on CUDA, off on CPU
+    device: str = "auto"  # auto: cuda if available
+    seed: int = 0  # batch order (weights are seeded by build_model)
+    compile: bool = False  # torch.compile the forward pass (CUDA only)
+    check_every: int = 25  # steps between non-finite-loss checks (each one syncs the device)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "epochs", "eval_batches", "probe_seqs", "check_every", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"TrainConfig.{name} must be an integer, got {value!r}")
+        for name in ("lr", "beta1", "beta2", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"TrainConfig.{name} must be a number, got {value!r}")
+        if self.steps_per_epoch is not None and (isinstance(self.steps_per_epoch, bool)
+                                                 or not isinstance(self.steps_per_epoch, numbers.Integral)):
+            raise ValueError(f"TrainConfig.steps_per_epoch must be an integer or None, got {self.steps_per_epoch!r}")
+        for name in ("lr", "batch_size", "eval_batches", "probe_seqs", "check_every"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"TrainConfig.{name} must be positive, got {getattr(self, name)!r}")
+        if self.epochs < 0:
+            raise ValueError(f"TrainConfig.epochs must be >= 0, got {self.epochs}")
+        if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
+            raise ValueError(f"TrainConfig.steps_per_epoch must be positive or None, got {self.steps_per_epoch}")
+        if self.weight_decay < 0 or self.grad_clip <= 0:
+            raise ValueError("TrainConfig.weight_decay must be >= 0 and grad_clip > 0")
+        if self.amp not in ("auto", "off", "bf16", "fp16"):
+            raise ValueError(f"TrainConfig.amp must be auto, off, bf16 or fp16, got {self.amp!r}")
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype ``TrainConfig.amp`` means on ``device`` (None: full precision).
+
+    On CUDA it also lets training's fp32 matmuls use TF32, as every run there does, through
+    PyTorch's per-backend precision API only (mixing it with the legacy ``allow_tf32`` flags is an
+    error in PyTorch). The probe forces full precision for itself (``metrics.probe``)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        torch.backends.cudnn.conv.fp32_precision = "tf32"
+    if device.type != "cuda" or amp == "off":
+        return None
+    if amp == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if amp == "bf16" else torch.float16
+
+
+#: the modules whose ``weight`` AdamW decays (SPEC §3: matrices and embeddings); biases and
+#: LayerNorm gains are not decayed, whatever their rank (a pack's LayerNorm gain is [M, d])
+DECAYED = (nn.Linear, nn.Embedding)
+
+
+def split_params(model: nn.Module, trainable: Callable[[str, nn.Parameter], bool]
+                 ) -> tuple[list[str], list[str], list[str]]:
+    """Parameter names (``named_parameters`` order, the tied head once): (decayed, not decayed, frozen).
+
+    A parameter is decayed by its role, a ``DECAYED`` module's ``weight``; one for which
+    ``trainable`` (the intervention's hook) says False is frozen: kept out of both."""
+    role = {f"{m_name}.{p_name}".lstrip("."): isinstance(module, DECAYED) and p_name == "weight"
+            for m_name, module in model.named_modules() for p_name, _ in module.named_parameters(recurse=False)}
+    decay, no_decay, frozen = [], [], []
+    for name, p in model.named_parameters():
+        if not trainable(name, p):
+            frozen.append(name)
+        else:
+            (decay if role[name] else no_decay).append(name)
+    return decay, no_decay, frozen
+
+
+def make_adamw(decay: list[Tensor], no_decay: list[Tensor], cfg: TrainConfig,
+               device: torch.device, capturable: bool = False) -> torch.optim.Optimizer:
+    """The recipe's AdamW: weight decay on ``decay`` only; fused on CUDA (``capturable`` there
+    when its step is recorded in a CUDA graph: the step count lives on the device)."""
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda",
+                             capturable=capturable)
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(state)`` keeping this optimiser's own ``fused`` and
+    ``capturable`` (the saved groups carry those of the device that saved them)."""
+    own = [{k: g[k] for k in ("fused", "capturable") if k in g} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, flags in zip(optimizer.param_groups, own, strict=True):
+        group.update(flags)
+
+
+def compile_model(model: nn.Module, backend: str = "inductor") -> Callable[..., Any]:
+    """``torch.compile(model)``, guarding on module hooks. Dynamo's default skips those guards, so a
+    worker that compiled a run without an intervention's capture hooks (trainers come and go in
+    one Ray worker) would replay that graph for a run with them: without the hooks."""
+    import torch._dynamo
+
+    torch._dynamo.config.skip_nnmodule_hook_guards = False
+    return torch.compile(model, backend=backend)
