@@ -7,9 +7,11 @@ runs once over the N items (a ``LayerMetric`` with ``batched=False`` once per it
 the float64 SVDs on the CPU or the model's device (``decomp_device``), and every
 value reaches the host in one transfer. ``probe_members`` does the same for a pack
 (a GPT with stacked parameters, ``model.members`` = K): one probe pass of the stacked
-model and one ``probe_rows`` over N = K × L (member, layer) items, one host read. The
-model must expose ``probe(idx)`` returning per-layer traces and
-``blocks[i].attn.{q_proj,k_proj,n_head}``. The probe's float32 matmuls never use TF32
+model and one ``probe_rows`` over N = K × L (member, layer) items, one host read.
+
+The model must take ``model(idx, None, trace)`` (the probe path of ``model.gpt.GPT``,
+filling ``trace`` with one trace per layer) and expose ``blocks[i].attn.{q_proj, k_proj,
+n_head}``. The probe's float32 matmuls never use TF32 and never autocast
 (``metrics.precision.full_precision``), whatever the process set for training.
 """
 
@@ -294,6 +296,30 @@ def _items(per_layer: Sequence[Tensor], members: int | None) -> Tensor:
     return torch.stack(list(per_layer)) if members is None else torch.stack(list(per_layer), dim=1).flatten(0, 1)
 
 
+class _TracesDone(Exception):
+    """Raised by the hook on the last layer's attention: every trace the probe reads is taken."""
+
+
+def _traces(model: nn.Module, tokens: Tensor) -> list[Any]:
+    """The probe path's per-layer traces (``model(tokens, None, trace)``, as ``model.probe``), the
+    forward stopped once the last layer's attention has recorded its trace: the last MLP, the
+    final LayerNorm and the LM head (a pack of 12 at paper width: [12, 16, 128, 1758] float32
+    logits, 173 MB) feed no probe column. ~40 % of a paper-width depth-4 probe pass (LOG.md)."""
+    traces: list[Any] = []
+
+    def done(*_: Any) -> None:
+        raise _TracesDone
+
+    handle = model.blocks[-1].attn.register_forward_hook(done)
+    try:
+        model(tokens, None, traces)
+    except _TracesDone:
+        pass
+    finally:
+        handle.remove()
+    return traces
+
+
 @torch.no_grad()
 def probe_inputs(model: nn.Module, tokens: Tensor) -> ProbeInputs:
     """One no-grad probe pass of ``model`` on tokens [B, T], in eval mode (the previous mode
@@ -304,7 +330,7 @@ def probe_inputs(model: nn.Module, tokens: Tensor) -> ProbeInputs:
     model.eval()
     try:
         with full_precision(tokens.device.type):
-            _, _, traces = model.probe(tokens)
+            traces = _traces(model, tokens)
     finally:
         model.train(was_training)
     # q, k: [B, H, T, d_head] (a pack: [K, B, H, T, d_head]) → [B, T, H·d_head], heads concatenated
