@@ -40,6 +40,10 @@ DecompDevice = Literal["auto", "cpu", "same"] | str | torch.device
 #: 128 × 128); on the CPU chunks that stay in cache (at paper width one layer, 64 matrices:
 #: ~30 % less CPU time than all 8 layers at once, LOG.md).
 CHUNK_BYTES = {"cpu": 8 << 20, "other": 512 << 20}
+#: On the CPU the probe pass runs over chunks of the probe batch whose float32 scores of one
+#: layer take at most this many bytes (a pack's full-batch tensors, 50-170 MB at paper width,
+#: made its pass ~4× slower per member than one run's, LOG.md); on a GPU in one pass.
+PASS_BYTES = 8 << 20
 
 
 def resolve(path: str) -> Callable[..., Any]:
@@ -320,24 +324,58 @@ def _traces(model: nn.Module, tokens: Tensor) -> list[Any]:
     return traces
 
 
+def _batch_step(model: nn.Module, tokens: Tensor, members: int | None) -> int:
+    """Sequences per probe pass: all B on a GPU; on the CPU as many as keep one layer's float32
+    scores [K, b, H, T, T] within ``PASS_BYTES`` (one run at paper width: all 16; a pack of 12:
+    2, so a pack's pass works in cache-sized tensors like one run's, LOG.md)."""
+    B, T = tokens.shape
+    if tokens.device.type != "cpu":
+        return B
+    per_sequence = (members or 1) * model.blocks[0].attn.n_head * T * T * 4
+    return max(1, min(B, PASS_BYTES // per_sequence))
+
+
+def _gathered(chunks: Sequence[Sequence[Tensor]], members: int | None, batch_dim: int) -> Tensor:
+    """``_items`` of per-layer tensors given in batch chunks: chunks[c][l] is layer l's tensor for
+    chunk c, its batch at dimension ``batch_dim`` from the end; written once into the result."""
+    if len(chunks) == 1:
+        return _items(chunks[0], members)
+    first = chunks[0][0]
+    at = first.dim() - batch_dim  # the batch's dimension: 0, a pack's 1 (after K)
+    out = first.new_empty(*first.shape[:at], len(chunks[0]), sum(c[0].shape[at] for c in chunks),
+                          *first.shape[at + 1:])  # [L, B, ...] (a pack: [K, L, B, ...])
+    lo = 0
+    for chunk in chunks:
+        for layer, t in enumerate(chunk):
+            out.select(at, layer).narrow(at, lo, t.shape[at]).copy_(t)
+        lo += chunk[0].shape[at]
+    return out if members is None else out.flatten(0, 1)
+
+
 @torch.no_grad()
 def probe_inputs(model: nn.Module, tokens: Tensor) -> ProbeInputs:
-    """One no-grad probe pass of ``model`` on tokens [B, T], in eval mode (the previous mode
+    """The no-grad probe pass of ``model`` on tokens [B, T], in eval mode (the previous mode
     restored afterwards) and full float32 precision (``full_precision``): its layers' traces
-    and Q/K weights stacked, N = L (a pack, ``model.members`` = K: N = K·L, member-major)."""
+    and Q/K weights stacked, N = L (a pack, ``model.members`` = K: N = K·L, member-major).
+    On the CPU a pack's pass runs over chunks of the batch (``_batch_step``)."""
     members = getattr(model, "members", None)
+    step = _batch_step(model, tokens, members)
     was_training = model.training
     model.eval()
+    qs, ks, scores = [], [], []
     try:
         with full_precision(tokens.device.type):
-            traces = _traces(model, tokens)
+            for lo in range(0, tokens.shape[0], step):
+                traces = _traces(model, tokens[lo:lo + step])
+                # q, k: [B, H, T, d_head] (a pack: [K, B, H, T, d_head]) → [B, T, H·d_head], heads concatenated
+                qs.append([tr.q.transpose(-3, -2).flatten(-2) for tr in traces])
+                ks.append([tr.k.transpose(-3, -2).flatten(-2) for tr in traces])
+                scores.append([tr.scores for tr in traces])  # [B, H, T, T] (a pack: [K, B, H, T, T])
+                del traces
     finally:
         model.train(was_training)
-    # q, k: [B, H, T, d_head] (a pack: [K, B, H, T, d_head]) → [B, T, H·d_head], heads concatenated
-    heads = [(tr.q.transpose(-3, -2).flatten(-2), tr.k.transpose(-3, -2).flatten(-2)) for tr in traces]
     attn = [block.attn for block in model.blocks]
-    return ProbeInputs(_items([q for q, _ in heads], members), _items([k for _, k in heads], members),
-                       _items([tr.scores for tr in traces], members),
+    return ProbeInputs(_gathered(qs, members, 3), _gathered(ks, members, 3), _gathered(scores, members, 4),
                        _items([a.q_proj.weight.detach() for a in attn], members),  # [D, D] (a pack: [K, D, D])
                        _items([a.k_proj.weight.detach() for a in attn], members), attn[0].n_head)
 

@@ -127,3 +127,28 @@ def test_a_per_item_plugin_metric_sees_one_member_layer_at_a_time() -> None:
             assert_rows_equal_to_1e10(got[m], want)
             assert [r["toy_w"] for r in want] == [
                 float((b.attn.q_proj.weight - b.attn.k_proj.weight).detach().abs().max() * H) for b in model.blocks]
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_the_cpu_probe_pass_over_chunks_of_the_batch_equals_one_pass(monkeypatch, pack: bool) -> None:
+    """PASS_BYTES for two sequences' scores: a batch of 5 in passes of 2, 2, 1, the same rows as
+    one pass (and, for a pack, as each member's own probe)."""
+    import metrics.probe as probe
+
+    plain = members(3, first_seed=7, n_layer=2)
+    model = stacked_gpt(plain) if pack else plain[0]
+    idx = tokens(model.cfg.vocab_size, batch=5)
+    one_pass = probe_members(model, idx)
+    assert probe.PASS_BYTES // (12 * 4 * 128 * 128 * 4) == 2  # a pack of 12 at paper width: 2 sequences a pass
+    passes = []
+    handle = model.blocks[0].register_forward_hook(lambda module, args, out: passes.append(args[0].shape[-3]))
+    per_sequence = (3 if pack else 1) * model.cfg.n_head * CONTEXT * CONTEXT * 4
+    monkeypatch.setattr(probe, "PASS_BYTES", 3 * per_sequence - 1)
+    try:
+        chunked = probe_members(model, idx)
+    finally:
+        handle.remove()
+    assert passes == [2, 2, 1]
+    for m, rows in enumerate(chunked):
+        assert_rows_equal_to_1e10(rows, one_pass[m])
+        assert_rows_equal_to_1e10(rows, probe_layers(plain[m], idx))
