@@ -17,26 +17,56 @@ difference printed). Each figure is median(seconds) / median(step).
 Issue 27's target: at paper width and depth 8, the probe (with its SVDs where
 ``decomp_device="auto"`` puts them) plus validation ≤ 5 training steps on the GPU.
 The ratio printed last is that sum, in steps, at the worst depth.
+
+A pack (issue 31, ``--pack K``, default 12; 0 skips): K plain GPTs of the same shape stacked
+into one (``stacked_gpt``, as a pack's trainer holds them) and probed in one call
+(``probe_members``), alternated with one run's probe (``probe_members`` of member 0's own
+plain GPT, the same call as ``probe_layers``): the pack's time per member as × one run's
+(median over rounds of the per-round ratio; target on the CPU ≤ 0.5×), and the pack's rows
+against each member's own probe (largest relative difference). Where the decompositions
+should run is measured on the probe's own matrices: one probe of one run, and one of the pack,
+with every float64 SVD batch it makes timed on the CPU and on the model's device (the copy
+there included); the faster total is the "decompositions on" device, for each.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import json
 import math
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
+from torch import nn
+from torch.func import stack_module_state
 
-from bench.common import alternate, bench_corpus, fmt_s, machine, med, print_ratio, set_threads
+from bench.common import (
+    alternate,
+    bench_corpus,
+    fmt_s,
+    machine,
+    med,
+    paired_ratio,
+    print_ratio,
+    set_threads,
+    sync,
+)
 from bench.train_step import SIZES, make_trainer, model_config
-from metrics.probe import decomposition_device, probe_inputs, probe_layers
+from metrics import spectra
+from metrics.probe import decomposition_device, faster, probe_inputs, probe_layers, probe_members
+from model.qk_init import build_model
 
 #: Today's per-layer probe, kept verbatim for the tests; absent outside a checkout.
 OLD_PROBE = Path(__file__).resolve().parents[1] / "tests" / "probe_helpers.py"
 TARGET_STEPS = 5.0
+#: Issue 31: a pack's probe time per member, as × one run's probe, on the CPU.
+TARGET_PACK = 0.5
 
 
 def old_probe_layers() -> Any | None:
@@ -60,8 +90,76 @@ def max_rel_diff(new: list[dict], old: list[dict]) -> float:
     return worst
 
 
+def stacked_gpt(models: Sequence[nn.Module]) -> nn.Module:
+    """The pack of plain GPTs of one shape: a copy of models[0] whose parameters are every
+    member's stacked with a leading member dimension K (``torch.func.stack_module_state``, the
+    tied head once), so its ``members`` is K. (tests/probe_pack_helpers.py holds the same.)"""
+    stacked, _ = stack_module_state(list(models))
+    memo = {id(p): nn.Parameter(stacked[name].detach(), requires_grad=False)
+            for name, p in models[0].named_parameters()}
+    return copy.deepcopy(models[0], memo)
+
+
+def real_decomposition_seconds(model: nn.Module, tokens: torch.Tensor) -> dict[str, Any]:
+    """One probe of ``model`` (one run or a pack) with every float64 SVD batch it makes timed on
+    the CPU and on the model's device (once each, the copy there included; call after a warm-up
+    probe): seconds per device, the faster, and the batches' shapes."""
+    home = tokens.device
+    devices = [torch.device("cpu")] + ([home] if home.type != "cpu" else [])
+    seconds = {str(d): 0.0 for d in devices}
+    shapes: list[list[int]] = []
+    real = spectra.svdvals
+
+    def timed(m: torch.Tensor) -> torch.Tensor:
+        shapes.append(list(m.shape))
+        for d in devices:
+            sync(home)
+            t0 = time.perf_counter()
+            with spectra.decompositions_on(d):
+                real(m)
+            sync(d)
+            sync(home)
+            seconds[str(d)] += time.perf_counter() - t0
+        return real(m)
+
+    with mock.patch.object(spectra, "svdvals", timed):
+        probe_members(model, tokens, decomp_device="same")
+    best = faster({torch.device(d): s for d, s in seconds.items()})
+    return {"seconds": seconds, "device": str(best), "batches": shapes,
+            "matrices": sum(math.prod(sh[:-2]) for sh in shapes)}
+
+
+def measure_pack(mcfg, k: int, tokens: torch.Tensor, rounds: int, device: str) -> dict[str, Any]:
+    """A pack of k at ``mcfg`` probed in one call against one run's probe of the same shape:
+    times, the per-member ratio, the values against each member's own probe, and where the
+    decompositions of each should run."""
+    plain = [build_model(mcfg, "independent_xavier", 37 + i).to(device) for i in range(k)]
+    pack = stacked_gpt(plain)
+    run = plain[0]
+    times = alternate({"run": lambda: probe_members(run, tokens), "pack": lambda: probe_members(pack, tokens)},
+                      rounds=rounds, warmup=1, device=device)
+    rows = probe_members(pack, tokens)
+    diff = max(max_rel_diff(rows[i], probe_layers(m, tokens)) for i, m in enumerate(plain))
+    decomp = {"run": real_decomposition_seconds(run, tokens), "pack": real_decomposition_seconds(pack, tokens)}
+    out = {"pack": k, "probe_run_s": times["run"], "probe_pack_s": times["pack"],
+           "probe_pack_per_member_s": med(times["pack"]) / k,
+           "pack_per_member_ratio": paired_ratio(times["pack"], times["run"]) / k,
+           "max_rel_diff_pack_vs_members": diff,
+           "decomp_seconds": {w: d["seconds"] for w, d in decomp.items()},
+           "decomp_matrices": {w: d["matrices"] for w, d in decomp.items()},
+           "decomp_device_run": decomp["run"]["device"], "decomp_device_pack": decomp["pack"]["device"]}
+    print(f"    probe of a pack of {k} in one call, per member {fmt_s(out['probe_pack_per_member_s']):>9} "
+          f"vs one run's probe {fmt_s(med(times['run']))}: {out['pack_per_member_ratio']:.2f}x "
+          f"(target <= {TARGET_PACK:g}x on the CPU; max rel. diff vs each member's own probe {diff:.1e})", flush=True)
+    for w, d in decomp.items():
+        per = ", ".join(f"{dev} {fmt_s(sec)}" for dev, sec in d["seconds"].items())
+        print(f"    decompositions of {'one run' if w == 'run' else f'the pack of {k}'}'s probe "
+              f"({len(d['batches'])} batches, {d['matrices']} matrices): {per} -> {d['device']}", flush=True)
+    return out
+
+
 def measure(size_name: str, depth: int, rounds: int, device: str = "cpu", eval_batches: int = 8,
-            corpus=None, steps: int = 1, old_rounds: int = 1) -> dict[str, Any]:
+            corpus=None, steps: int = 1, old_rounds: int = 1, pack: int = 12) -> dict[str, Any]:
     """The probe (old, new with the SVDs on the CPU / on the model's device), its forward pass and
     val_loss against one training step (a round of ``steps`` steps, divided)."""
     size = SIZES[size_name]
@@ -118,6 +216,8 @@ def measure(size_name: str, depth: int, rounds: int, device: str = "cpu", eval_b
             print(f"    {label:<46} {fmt_s(med(times[key])):>9} = {in_steps[key]:6.2f} steps{note}", flush=True)
     print(f"    auto puts the SVDs on {auto}: probe + val_loss = {out['probe_plus_val_in_steps']:.2f} steps "
           f"(target <= {TARGET_STEPS:g})", flush=True)
+    if pack > 0:
+        out.update(measure_pack(mcfg, pack, x, rounds, device))
     return out
 
 
@@ -129,6 +229,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--steps", type=int, default=1, help="training steps per timed round")
+    p.add_argument("--pack", type=int, default=12, help="members of the pack probed in one call (0: skip)")
     p.add_argument("--quick", action="store_true", help="depth 4, two rounds")
     p.add_argument("--tiny", action="store_true", help="smoke-test size: seconds")
     p.add_argument("--json", default=None, help="also write the figures to this file (bench/gpu.sh)")
@@ -147,14 +248,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"bench.probe_cost: the per-epoch probe and val_loss vs one training step, {size} size, "
           f"{threads} thread(s), device {args.device}", flush=True)
     corpus = bench_corpus(SIZES[size].corpus)
+    if args.pack < 0:
+        raise SystemExit(f"--pack {args.pack}: must be 0 (skip) or a number of members >= 1")
     results = [measure(size, d, args.rounds, args.device, eval_batches, corpus, args.steps,
-                       old_rounds=args.old_rounds) for d in depths]
+                       old_rounds=args.old_rounds, pack=args.pack) for d in depths]
     worst = max(r["probe_plus_val_in_steps"] for r in results)
+    at = max(results, key=lambda r: r["probe_plus_val_in_steps"])
     out = {"benchmark": "probe_cost", "results": results, "ratio": worst, "target": f"<= {TARGET_STEPS:g} steps",
-           "met": worst <= TARGET_STEPS, "machine": machine()}
+           "met": worst <= TARGET_STEPS, "machine": machine(), "worst_depth": at.get("depth"),
+           # where one run's (and a pack's) decompositions are faster, timed on the probe's own matrices
+           "decomp_device": at.get("decomp_device_run", at["auto_decomp_device"])}
+    if args.pack > 0:
+        pack_worst = max(results, key=lambda r: r["pack_per_member_ratio"])
+        out.update(pack=args.pack, pack_ratio=pack_worst["pack_per_member_ratio"], pack_depth=pack_worst["depth"],
+                   pack_target=f"<= {TARGET_PACK:g}x", pack_met=pack_worst["pack_per_member_ratio"] <= TARGET_PACK,
+                   decomp_device_pack=at["decomp_device_pack"])
+        print(f"probe of a pack of {args.pack}, per member, as x one run's probe (worst depth "
+              f"{pack_worst['depth']}): {out['pack_ratio']:.3f}   (target {out['pack_target']} on the CPU)")
     print_ratio("probe_cost (probe + val_loss)/step (steps, worst depth)", worst, f"<= {TARGET_STEPS:g}")
-    out["worst_depth"] = max(results, key=lambda r: r["probe_plus_val_in_steps"]).get("depth")
-    out["decomp_device"] = str(decomposition_device("auto", torch.zeros(1, device=args.device)))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
     return out

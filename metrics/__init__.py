@@ -17,6 +17,8 @@ _WHERE = {
     "probe_rows": "metrics.probe",
     "causal_mask": "metrics.attention",
     "probe_layers": "metrics.probe",
+    "probe_members": "metrics.probe",
+    "full_precision": "metrics.precision",
     "effective_rank": "metrics.spectra",
     "frobenius_norm": "metrics.spectra",
     "head_effective_rank": "metrics.spectra",

@@ -5,9 +5,14 @@ traces along a leading dimension N and reduces them all at once with ``probe_row
 each function the vocabulary names (``metrics.spectra``, ``metrics.attention``, ...)
 runs once over the N items (a ``LayerMetric`` with ``batched=False`` once per item),
 the float64 SVDs on the CPU or the model's device (``decomp_device``), and every
-value reaches the host in one transfer. A packed trainer calls ``probe_rows`` with
-N = members × layers (``ProbeInputs.cat``). The model must expose ``probe(idx)``
-returning per-layer traces and ``blocks[i].attn.{q_proj,k_proj,n_head}``.
+value reaches the host in one transfer. ``probe_members`` does the same for a pack
+(a GPT with stacked parameters, ``model.members`` = K): one probe pass of the stacked
+model and one ``probe_rows`` over N = K × L (member, layer) items, one host read.
+
+The model must take ``model(idx, None, trace)`` (the probe path of ``model.gpt.GPT``,
+filling ``trace`` with one trace per layer) and expose ``blocks[i].attn.{q_proj, k_proj,
+n_head}``. The probe's float32 matmuls never use TF32 and never autocast
+(``metrics.precision.full_precision``), whatever the process set for training.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from torch import Tensor, nn
 
 from metrics import columns
 from metrics.columns import PER_HEAD, LayerMetric
+from metrics.precision import full_precision
 from metrics.spectra import decompositions_on, svdvals
 
 Value = float | list[float]
@@ -34,6 +40,10 @@ DecompDevice = Literal["auto", "cpu", "same"] | str | torch.device
 #: 128 × 128); on the CPU chunks that stay in cache (at paper width one layer, 64 matrices:
 #: ~30 % less CPU time than all 8 layers at once, LOG.md).
 CHUNK_BYTES = {"cpu": 8 << 20, "other": 512 << 20}
+#: On the CPU the probe pass runs over chunks of the probe batch whose float32 scores of one
+#: layer take at most this many bytes (a pack's full-batch tensors, 50-170 MB at paper width,
+#: made its pass ~4× slower per member than one run's, LOG.md); on a GPU in one pass.
+PASS_BYTES = 8 << 20
 
 
 def resolve(path: str) -> Callable[..., Any]:
@@ -140,10 +150,12 @@ def reduce_items(metrics: Sequence[LayerMetric], inputs: Mapping[str, Any], n: i
     ``PER_HEAD``).
 
     inputs: by name, tensors with the leading n (``ACTIVATION_INPUTS`` / ``WEIGHT_INPUTS``
-    stacked) and plain values (``n_head``). The items are reduced in chunks whose float64
-    ``scores`` [n, B, H, T, T] take at most ``chunk_bytes`` (default ``CHUNK_BYTES`` of the
-    inputs' device); the float64 SVDs run on ``decomposition_device(decomp_device, ...)``;
-    one transfer brings every value to the host.
+    stacked) and plain values (``n_head``). The activation side is reduced in chunks of items
+    whose float64 ``scores`` [n, B, H, T, T] take at most ``chunk_bytes`` (default
+    ``CHUNK_BYTES`` of the inputs' device); the weight side, small, in one (all n items'
+    W_Q and W_K in one SVD batch, spread over the CPU threads). The float64 SVDs run on
+    ``decomposition_device(decomp_device, ...)``; float32 matmuls in full precision
+    (``full_precision``); one transfer brings every value to the host.
     """
     tensors = [x for x in inputs.values() if isinstance(x, Tensor)]
     if not tensors or any(x.shape[0] != n for x in tensors):
@@ -154,17 +166,21 @@ def reduce_items(metrics: Sequence[LayerMetric], inputs: Mapping[str, Any], n: i
     if chunk_bytes is None:
         chunk_bytes = CHUNK_BYTES["cpu" if home.type == "cpu" else "other"]
     per_item = scores[0].numel() * 8 if isinstance(scores, Tensor) else 1
-    step = max(1, chunk_bytes // per_item)
     decomp = decomposition_device(decomp_device, scores if isinstance(scores, Tensor) else tensors[0])
-    parts: list[Tensor] = []
-    values: dict[str, Tensor] = {}
-    with decompositions_on(decomp):
-        for lo in range(0, n, step):
-            hi = min(n, lo + step)
-            chunk = {k: x[lo:hi] if isinstance(x, Tensor) else x for k, x in inputs.items()}
-            values = _columns(metrics, chunk, hi - lo, home)
-            parts.append(torch.cat([v.reshape(hi - lo, -1) for v in values.values()], dim=1))
-    table = torch.cat(parts).tolist()  # the one device-to-host transfer of the values
+    sides: dict[str, list[LayerMetric]] = {}
+    for m in metrics:  # a column reads only its own side's inputs and columns (check_layer_columns)
+        sides.setdefault(m.side, []).append(m)
+    parts: dict[str, list[Tensor]] = {m.name: [] for m in metrics}
+    with full_precision(home.type), decompositions_on(decomp):
+        for side, group in sides.items():
+            step = max(1, chunk_bytes // per_item) if side == "activation" else n
+            for lo in range(0, n, step):
+                hi = min(n, lo + step)
+                chunk = {k: x[lo:hi] if isinstance(x, Tensor) else x for k, x in inputs.items()}
+                for name, value in _columns(group, chunk, hi - lo, home).items():
+                    parts[name].append(value)
+    values = {name: torch.cat(p) for name, p in parts.items()}
+    table = torch.cat([values[m.name].reshape(n, -1) for m in metrics], dim=1).tolist()  # the one host read
     return _rows(metrics, table, values)
 
 
@@ -268,7 +284,8 @@ def _sync(device: torch.device) -> None:
 
 @dataclass(frozen=True)
 class ProbeInputs:
-    """``probe_rows``' inputs for N items (see there for shapes)."""
+    """``probe_rows``' inputs for N items (see there for shapes): N = L layers, or K × L
+    (member, layer) items of a pack, member-major (item m·L + l is member m's layer l)."""
 
     q: Tensor
     k: Tensor
@@ -277,39 +294,118 @@ class ProbeInputs:
     wk: Tensor
     n_head: int
 
-    @staticmethod
-    def cat(parts: Sequence[ProbeInputs]) -> ProbeInputs:
-        """The items of several (packed members' models of one shape) one after another."""
-        if len({p.n_head for p in parts}) != 1:
-            raise ValueError("the parts have different n_head")
-        return ProbeInputs(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "k", "scores", "wq", "wk")),
-                           parts[0].n_head)
+
+def _items(per_layer: Sequence[Tensor], members: int | None) -> Tensor:
+    """Per-layer tensors [...] stacked as items [L, ...]; a pack's [K, ...] as [K·L, ...], member-major."""
+    return torch.stack(list(per_layer)) if members is None else torch.stack(list(per_layer), dim=1).flatten(0, 1)
+
+
+class _TracesDone(Exception):
+    """Raised by the hook on the last layer's attention: every trace the probe reads is taken."""
+
+
+def _traces(model: nn.Module, tokens: Tensor) -> list[Any]:
+    """The probe path's per-layer traces (``model(tokens, None, trace)``, as ``model.probe``), the
+    forward stopped once the last layer's attention has recorded its trace: the last MLP, the
+    final LayerNorm and the LM head (a pack of 12 at paper width: [12, 16, 128, 1758] float32
+    logits, 173 MB) feed no probe column. ~40 % of a paper-width depth-4 probe pass (LOG.md)."""
+    traces: list[Any] = []
+
+    def done(*_: Any) -> None:
+        raise _TracesDone
+
+    handle = model.blocks[-1].attn.register_forward_hook(done)
+    try:
+        model(tokens, None, traces)
+    except _TracesDone:
+        pass
+    finally:
+        handle.remove()
+    return traces
+
+
+def _batch_step(model: nn.Module, tokens: Tensor, members: int | None) -> int:
+    """Sequences per probe pass: all B on a GPU; on the CPU as many as keep one layer's float32
+    scores [K, b, H, T, T] within ``PASS_BYTES`` (one run at paper width: all 16; a pack of 12:
+    2, so a pack's pass works in cache-sized tensors like one run's, LOG.md)."""
+    B, T = tokens.shape
+    if tokens.device.type != "cpu":
+        return B
+    per_sequence = (members or 1) * model.blocks[0].attn.n_head * T * T * 4
+    return max(1, min(B, PASS_BYTES // per_sequence))
+
+
+def _gathered(chunks: Sequence[Sequence[Tensor]], members: int | None, batch_dim: int) -> Tensor:
+    """``_items`` of per-layer tensors given in batch chunks: chunks[c][l] is layer l's tensor for
+    chunk c, its batch at dimension ``batch_dim`` from the end; written once into the result."""
+    if len(chunks) == 1:
+        return _items(chunks[0], members)
+    first = chunks[0][0]
+    at = first.dim() - batch_dim  # the batch's dimension: 0, a pack's 1 (after K)
+    out = first.new_empty(*first.shape[:at], len(chunks[0]), sum(c[0].shape[at] for c in chunks),
+                          *first.shape[at + 1:])  # [L, B, ...] (a pack: [K, L, B, ...])
+    lo = 0
+    for chunk in chunks:
+        for layer, t in enumerate(chunk):
+            out.select(at, layer).narrow(at, lo, t.shape[at]).copy_(t)
+        lo += chunk[0].shape[at]
+    return out if members is None else out.flatten(0, 1)
 
 
 @torch.no_grad()
 def probe_inputs(model: nn.Module, tokens: Tensor) -> ProbeInputs:
-    """One no-grad probe pass of ``model`` on tokens [B, T], in eval mode (the previous mode
-    restored afterwards): its layers' traces and Q/K weights stacked, N = layers."""
+    """The no-grad probe pass of ``model`` on tokens [B, T], in eval mode (the previous mode
+    restored afterwards) and full float32 precision (``full_precision``): its layers' traces
+    and Q/K weights stacked, N = L (a pack, ``model.members`` = K: N = K·L, member-major).
+    On the CPU a pack's pass runs over chunks of the batch (``_batch_step``)."""
+    members = getattr(model, "members", None)
+    step = _batch_step(model, tokens, members)
     was_training = model.training
     model.eval()
+    qs, ks, scores = [], [], []
     try:
-        _, _, traces = model.probe(tokens)
+        with full_precision(tokens.device.type):
+            for lo in range(0, tokens.shape[0], step):
+                traces = _traces(model, tokens[lo:lo + step])
+                # q, k: [B, H, T, d_head] (a pack: [K, B, H, T, d_head]) → [B, T, H·d_head], heads concatenated
+                qs.append([tr.q.transpose(-3, -2).flatten(-2) for tr in traces])
+                ks.append([tr.k.transpose(-3, -2).flatten(-2) for tr in traces])
+                scores.append([tr.scores for tr in traces])  # [B, H, T, T] (a pack: [K, B, H, T, T])
+                del traces
     finally:
         model.train(was_training)
-    q = torch.stack([tr.q.transpose(1, 2).flatten(2) for tr in traces])  # [L, B, T, H·d_head]
-    k = torch.stack([tr.k.transpose(1, 2).flatten(2) for tr in traces])
     attn = [block.attn for block in model.blocks]
-    return ProbeInputs(q, k, torch.stack([tr.scores for tr in traces]),
-                       torch.stack([a.q_proj.weight.detach() for a in attn]),
-                       torch.stack([a.k_proj.weight.detach() for a in attn]), attn[0].n_head)
+    return ProbeInputs(_gathered(qs, members, 3), _gathered(ks, members, 3), _gathered(scores, members, 4),
+                       _items([a.q_proj.weight.detach() for a in attn], members),  # [D, D] (a pack: [K, D, D])
+                       _items([a.k_proj.weight.detach() for a in attn], members), attn[0].n_head)
 
 
 def probe_layers(model: nn.Module, tokens: Tensor, *, decomp_device: DecompDevice = "auto") -> list[dict[str, Value]]:
     """One dict per layer (0 = embedding side) with every §4.1 column except grad norms.
 
     tokens: [B, T] int64 on the model's device. Runs in eval mode and restores
-    the model's previous mode afterwards.
+    the model's previous mode afterwards. For a pack see ``probe_members``.
     """
     x = probe_inputs(model, tokens)
     rows = probe_rows(x.q, x.k, x.scores, x.wq, x.wk, x.n_head, decomp_device=decomp_device)
     return [{"layer": layer, **row} for layer, row in enumerate(rows)]
+
+
+def probe_members(model: nn.Module, tokens: Tensor, *,
+                  decomp_device: DecompDevice = "auto") -> list[list[dict[str, Value]]]:
+    """``probe_layers`` of each member: one list of per-layer rows per member, in member order.
+
+    A plain model (``members`` None) is one member: ``[probe_layers(model, tokens)]``. A pack
+    (stacked parameters [K, ...], ``model.members`` = K) is probed in one call: one probe pass
+    of the stacked model on the shared tokens [B, T], one ``probe_rows`` over its K·L (member,
+    layer) items (one SVD batch per kind and chunk, spread over the CPU threads or on
+    ``decomp_device``), one host read. Member m's rows equal ``probe_layers`` of its own plain
+    GPT to rounding (the batched kernels sum in another order: ~1e-13 relative in float64).
+    """
+    members = getattr(model, "members", None)
+    if members is None:
+        return [probe_layers(model, tokens, decomp_device=decomp_device)]
+    x = probe_inputs(model, tokens)
+    rows = probe_rows(x.q, x.k, x.scores, x.wq, x.wk, x.n_head, decomp_device=decomp_device)
+    n_layer = len(rows) // members
+    return [[{"layer": layer, **rows[m * n_layer + layer]} for layer in range(n_layer)] for m in range(members)]

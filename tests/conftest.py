@@ -15,7 +15,8 @@ auth), ``test_lock.py`` (requirements.lock against pyproject.toml) and ``test_do
 (docs/SPEC.md: every "SPEC §n" in the code resolves). Helpers shared by several files are plain modules without the ``test_`` prefix
 (``helpers.py``, ``store_helpers.py``, ``intervention_helpers.py``, ``extension_helpers.py``,
 ``sweep_helpers.py``, ``hf_trace_helpers.py``, ``s3_server.py``, ``plugin_toy.py``,
-``probe_helpers.py``: today's per-layer probe, the batched probe's reference).
+``probe_helpers.py``: today's per-layer probe, the batched probe's reference;
+``probe_pack_helpers.py``: random tiny GPTs, a pack stacked from plain GPTs, row comparison).
 
 Hygiene: environment variables change only through ``monkeypatch`` or the fixtures below
 (restored after); no test asserts a wall-clock time (timing targets belong to bench/).

@@ -82,6 +82,14 @@ def test_probe_cost_tiny() -> None:
     assert r["auto_decomp_device"] == "cpu" and r["probe_in_steps"] == r["probe_cpu_in_steps"]
     assert out["ratio"] == r["probe_plus_val_in_steps"] and out["target"] == "<= 5 steps"
     assert max(r["max_rel_diff_vs_old"].values()) < 1e-10  # the new rows are today's
+    # a pack of 12 probed in one call, against one run's probe (issue 31)
+    assert out["pack"] == r["pack"] == 12 and out["pack_ratio"] == r["pack_per_member_ratio"] > 0
+    assert out["pack_target"] == "<= 0.5x" and r["max_rel_diff_pack_vs_members"] < 1e-5
+    assert len(r["probe_run_s"]) == len(r["probe_pack_s"]) == 2
+    # the decomposition device from the probe's own matrices, one run and the pack (12 × as many)
+    assert out["decomp_device"] == r["decomp_device_run"] == "cpu" and out["decomp_device_pack"] == "cpu"
+    assert r["decomp_matrices"]["pack"] == 12 * r["decomp_matrices"]["run"] > 0
+    assert set(r["decomp_seconds"]["run"]) == {"cpu"} and r["decomp_seconds"]["pack"]["cpu"] > 0
 
 
 def test_reducer_scaling_tiny(monkeypatch) -> None:

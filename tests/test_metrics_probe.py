@@ -17,6 +17,7 @@ from helpers import (
     tiny_model,
 )
 from probe_helpers import old_probe_layers
+from probe_pack_helpers import HostReads, assert_rows_equal_to_1e10, random_model
 
 from metrics.probe import probe_layers
 from model.corpus import probe_batch
@@ -305,33 +306,6 @@ def test_probe_rows_equal_a_naive_float64_reference() -> None:
 # -- the batched probe against today's per-layer code (issue 27) ------------------------------
 
 
-def assert_rows_equal_to_1e10(new: list[dict], old: list[dict]) -> None:
-    """Same columns in the same order; every value within 1e-10 relative (1e-12 absolute near
-    zero), NaN where the old probe gave NaN."""
-    assert len(new) == len(old)
-    for layer, (n, o) in enumerate(zip(new, old, strict=True)):
-        assert list(n) == list(o), layer
-        for col, want in o.items():
-            got = n[col]
-            pairs = zip(got, want, strict=True) if isinstance(want, list) else [(got, want)]
-            for g, w in pairs:
-                assert isinstance(g, type(w)), (layer, col, g)
-                assert (math.isnan(g) and math.isnan(w)) or math.isclose(g, w, rel_tol=1e-10, abs_tol=1e-12), \
-                    (layer, col, g, w)
-
-
-def random_model(seed: int, **shape):
-    """A tiny GPT off its init: scaled Q, random q/k biases, so no column sits at a trivial value."""
-    model = tiny_model(("independent_xavier", "qk_identical")[seed % 2], seed=seed, **shape)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for block in model.blocks:
-            block.attn.q_proj.weight.mul_(1.0 + 3.0 * torch.rand((), generator=gen))
-            block.attn.q_proj.bias.copy_(0.3 * torch.randn(block.attn.q_proj.bias.shape, generator=gen))
-            block.attn.k_proj.bias.copy_(0.3 * torch.randn(block.attn.k_proj.bias.shape, generator=gen))
-    return model
-
-
 SHAPES = [{}, {"n_layer": 3, "n_head": 2}, {"n_layer": 4, "n_head": 8, "d_model": 64}, {"n_layer": 1, "n_head": 1}]
 
 
@@ -400,22 +374,6 @@ def test_every_decomposition_is_one_batched_call(monkeypatch) -> None:
     L, H, D, dh = 3, model.cfg.n_head, model.cfg.d_model, model.cfg.d_head
     probe_layers(model, tokens())
     assert sorted(shapes) == sorted([(L, 4, H, CONTEXT, CONTEXT)] * 2 + [(2 * L, D, D), (2 * L, H, dh, D)])
-
-
-class HostReads(torch.overrides.TorchFunctionMode):
-    """Counts the tensor methods that read a value back to Python (on a GPU: a device sync)."""
-
-    READS = {"item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__", "__index__"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "")
-        if name in self.READS:
-            self.reads.append(name)
-        return func(*args, **(kwargs or {}))
 
 
 def test_the_values_reach_the_host_in_one_read() -> None:
