@@ -32,7 +32,6 @@ there included); the faster total is the "decompositions on" device, for each.
 from __future__ import annotations
 
 import argparse
-import copy
 import importlib.util
 import json
 import math
@@ -44,7 +43,6 @@ from unittest import mock
 
 import torch
 from torch import nn
-from torch.func import stack_module_state
 
 from bench.common import (
     alternate,
@@ -61,6 +59,7 @@ from bench.train_step import SIZES, make_trainer, model_config
 from metrics import spectra
 from metrics.probe import decomposition_device, faster, probe_inputs, probe_layers, probe_members
 from model.qk_init import build_model
+from model.stack import stack
 
 #: Today's per-layer probe, kept verbatim for the tests; absent outside a checkout.
 OLD_PROBE = Path(__file__).resolve().parents[1] / "tests" / "probe_helpers.py"
@@ -91,13 +90,8 @@ def max_rel_diff(new: list[dict], old: list[dict]) -> float:
 
 
 def stacked_gpt(models: Sequence[nn.Module]) -> nn.Module:
-    """The pack of plain GPTs of one shape: a copy of models[0] whose parameters are every
-    member's stacked with a leading member dimension K (``torch.func.stack_module_state``, the
-    tied head once), so its ``members`` is K. (tests/probe_pack_helpers.py holds the same.)"""
-    stacked, _ = stack_module_state(list(models))
-    memo = {id(p): nn.Parameter(stacked[name].detach(), requires_grad=False)
-            for name, p in models[0].named_parameters()}
-    return copy.deepcopy(models[0], memo)
+    """The pack of plain GPTs of one shape, as the trainer builds it (``model.stack.stack``)."""
+    return stack(models)[0]
 
 
 def real_decomposition_seconds(model: nn.Module, tokens: torch.Tensor) -> dict[str, Any]:

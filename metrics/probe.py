@@ -391,8 +391,8 @@ def probe_layers(model: nn.Module, tokens: Tensor, *, decomp_device: DecompDevic
     return [{"layer": layer, **row} for layer, row in enumerate(rows)]
 
 
-def probe_members(model: nn.Module, tokens: Tensor, *,
-                  decomp_device: DecompDevice = "auto") -> list[list[dict[str, Value]]]:
+def probe_members(model: nn.Module, tokens: Tensor, *, decomp_device: DecompDevice = "auto",
+                  members: Sequence[int] | None = None) -> list[list[dict[str, Value]]]:
     """``probe_layers`` of each member: one list of per-layer rows per member, in member order.
 
     A plain model (``members`` None) is one member: ``[probe_layers(model, tokens)]``. A pack
@@ -401,11 +401,17 @@ def probe_members(model: nn.Module, tokens: Tensor, *,
     layer) items (one SVD batch per kind and chunk, spread over the CPU threads or on
     ``decomp_device``), one host read. Member m's rows equal ``probe_layers`` of its own plain
     GPT to rounding (the batched kernels sum in another order: ~1e-13 relative in float64).
+    ``members`` (a pack only): reduce just these members' items, rows in that order (a trainer
+    leaves out a member whose weights turned non-finite: its decompositions would fail).
     """
-    members = getattr(model, "members", None)
-    if members is None:
+    k = getattr(model, "members", None)
+    if k is None:
         return [probe_layers(model, tokens, decomp_device=decomp_device)]
+    chosen = list(range(k)) if members is None else list(members)
     x = probe_inputs(model, tokens)
+    n_layer = x.q.shape[0] // k
+    if chosen != list(range(k)):
+        idx = torch.tensor([m * n_layer + layer for m in chosen for layer in range(n_layer)], device=x.q.device)
+        x = ProbeInputs(*(t.index_select(0, idx.to(t.device)) for t in (x.q, x.k, x.scores, x.wq, x.wk)), x.n_head)
     rows = probe_rows(x.q, x.k, x.scores, x.wq, x.wk, x.n_head, decomp_device=decomp_device)
-    n_layer = len(rows) // members
-    return [[{"layer": layer, **rows[m * n_layer + layer]} for layer in range(n_layer)] for m in range(members)]
+    return [[{"layer": layer, **rows[i * n_layer + layer]} for layer in range(n_layer)] for i in range(len(chosen))]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from metrics.probe import probe_layers
+from metrics.probe import probe_members
 from model import graphs as graphs_mod
 from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, probe_batch
 from model.gpt import GPTConfig
@@ -237,7 +237,8 @@ class Trainer:
         validation pass and one probe call for all the others."""
         live = [i for i, r in results.items() if r is not None]
         val = self.val_losses() if live else []
-        layers = {i: probe_layers(self.models[i], self.probe_x) for i in live}  # TODO(merge): probe_members
+        probed = probe_members(self.model, self.probe_x, members=live if self.packed else None) if live else []
+        layers = dict(zip(live, probed, strict=True))
         tokens_epoch = self.steps_per_epoch * self.cfg.batch_size * self.model_cfg.context
         return {i: diverged_report(self.epoch, self.tokens_seen[i], self.wall_s[i]) if means is None else
                 epoch_report(layers[i], means, self.epoch, self.statuses[i], val_loss=val[i],

@@ -3,14 +3,14 @@ row comparison to 1e-10, and a counter of host reads."""
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 
 import torch
 from helpers import tiny_model
 from torch import nn
-from torch.func import stack_module_state
+
+from model.stack import stack
 
 
 def random_model(seed: int, **shape) -> nn.Module:
@@ -26,13 +26,9 @@ def random_model(seed: int, **shape) -> nn.Module:
 
 
 def stacked_gpt(models: Sequence[nn.Module]) -> nn.Module:
-    """The pack of plain GPTs of one shape, as ``model/pack.py`` builds it: a copy of models[0]
-    whose parameters are every member's stacked with a leading member dimension K
-    (``torch.func.stack_module_state``; the tied head once), so ``members`` is K."""
-    stacked, _ = stack_module_state(list(models))  # name → [K, ...]
-    memo = {id(p): nn.Parameter(stacked[name].detach(), requires_grad=False)
-            for name, p in models[0].named_parameters()}
-    return copy.deepcopy(models[0], memo)
+    """The pack of plain GPTs of one shape, as the trainer builds it (``model.stack.stack``): its
+    parameters are every member's stacked with a leading member dimension M, so ``members`` is M."""
+    return stack(models)[0]
 
 
 def assert_rows_equal_to_1e10(new: list[dict], old: list[dict]) -> None:

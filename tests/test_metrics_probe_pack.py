@@ -52,6 +52,21 @@ def test_members_are_not_mixed_up_by_their_order() -> None:
         assert_rows_equal_to_1e10(backward[2 - m], forward[m])
 
 
+def test_chosen_members_are_reduced_alone_in_the_order_given() -> None:
+    """``members=``: a trainer leaves out a member whose weights turned non-finite (its SVDs would
+    fail); the others' rows are those of the whole pack's call."""
+    plain = members(3, first_seed=7, n_layer=2)
+    idx = tokens(plain[0].cfg.vocab_size)
+    pack = stacked_gpt(plain)
+    whole = probe_members(pack, idx)
+    with torch.no_grad():
+        pack.blocks[0].attn.k_proj.weight[1].fill_(float("nan"))
+    got = probe_members(pack, idx, members=[2, 0])
+    assert len(got) == 2
+    assert_rows_equal_to_1e10(got[0], whole[2])
+    assert_rows_equal_to_1e10(got[1], whole[0])
+
+
 def test_a_plain_model_is_one_member_probed_by_probe_layers() -> None:
     model = random_model(3, n_layer=3)
     idx = tokens(model.cfg.vocab_size)
