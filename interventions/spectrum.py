@@ -49,7 +49,10 @@ def _right_vectors(w: Tensor, method: str) -> tuple[Tensor, Tensor]:
     if method == "eigh":
         evals, v = torch.linalg.eigh(gram)
     else:
-        v = torch.linalg.eigh(gram.float())[1].double()
+        try:
+            v = torch.linalg.eigh(gram.float())[1].double()
+        except torch.linalg.LinAlgError:  # float32 LAPACK gives up on a rank-deficient W (disjoint_support_xavier)
+            v = torch.linalg.eigh(gram)[1]
         for _ in range(REFINE_STEPS):
             v = _refine(gram, v)
         evals = (v * (gram @ v)).sum(-2)  # Rayleigh quotients vᵢᵀ(WᵀW)vᵢ
