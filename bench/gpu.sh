@@ -94,11 +94,12 @@ plan() {  # plan ITEM FIELD: a field of the plan's item (no torch import)
     "$OUT/plan.json" items "$1" "$2"
 }
 items_of() { "$PY" -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['order'][sys.argv[2]]))" "$OUT/plan.json" "$1"; }
+section_budget() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['sections'].get(sys.argv[2], 0))" "$OUT/plan.json" "$1"; }
 reserved_after() {  # the budgets of the sections after this one, non-optional items only
   local after=0 seen=0 s
   for s in $SECTIONS; do
     if [ "$seen" = 1 ]; then
-      after=$((after + $("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['sections'].get(sys.argv[2], 0))" "$OUT/plan.json" "$s")))
+      after=$((after + $(section_budget "$s")))
     fi
     [ "$s" = "$1" ] && seen=1
   done
@@ -114,7 +115,8 @@ timed() {  # timed ITEM SECTION command... : under timeout, with the item's budg
   budget=$(plan "$item" budget_s); need=$(plan "$item" need_s); need=${need%.*}
   left=$((DEADLINE - $(date +%s) - RESERVED - 10))
   if [ "$(plan "$item" optional)" = True ] && [ "$left" -lt "$need" ]; then
-    echo "[gpu.sh] skip $item: it needs about ${need}s, ${left}s left in this call (run it alone: bash bench/gpu.sh $section)"
+    local again=$(( $(section_budget "$section") + 15 + budget ))
+    echo "[gpu.sh] skip $item: it needs about ${need}s, ${left}s left in this call (to run it: BUDGET_S=$again bash bench/gpu.sh $section)"
     log "$item" "$section" "$budget" 0 null "skipped: needs ${need}s, ${left}s left"
     return 0
   fi

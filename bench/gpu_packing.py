@@ -273,8 +273,9 @@ def summary(out: Path) -> dict[str, Any]:
         if "run_steps_per_s" in r and "run_steps_per_s" in ref:
             r["x_none_step"] = ref["run_steps_per_s"] / r["run_steps_per_s"]
             shape = "unpacked" if r["k"] == 1 else f"in a pack of {r['k']}"
+            how = r.get("clamp", {})
             print(f"  {r['condition']} {shape}: its step {r['x_none_step']:.2f} × the {r['vs']} (none) step "
-                  f"({r.get('clamp', {})})")
+                  f"(decomposition: {how.get('method')} on {how.get('decomp_device')})")
     if busy_rows and not any("gpu_busy" in busy_rows.get(n, {}) for n in ("unpacked", "unpacked_graphs")):
         print(f"  GPU busy: not measured ({busy_rows})")
     result = {"paper_grid_run_steps": baseline + interventions, "steps_per_epoch": per_epoch, "variants": rows,

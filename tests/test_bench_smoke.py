@@ -190,7 +190,7 @@ def test_gpu_script_runs_a_section_and_skips_what_does_not_fit(tmp_path: Path) -
     timings = [json.loads(line) for line in (tmp_path / "timings.jsonl").read_text().splitlines()]
     assert [(t["item"], t["rc"]) for t in timings] == [("clamp", 0), ("sweep", None)]
     assert timings[1]["status"].startswith("skipped: needs")
-    assert "skip sweep: it needs about" in proc.stdout and "(run it alone: bash bench/gpu.sh sweep)" in proc.stdout
+    assert "skip sweep: it needs about" in proc.stdout and "s left in this call (to run it: BUDGET_S=" in proc.stdout
     result = json.loads((tmp_path / "gpu_results.json").read_text())
     assert any(line.startswith("section clamp: ran ") for line in result["targets"]["time"])
     assert "k_spectrum_clamp's decomposition, depth 2, unpacked" in proc.stdout
