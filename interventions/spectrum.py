@@ -43,11 +43,14 @@ def _refine(a: Tensor, x: Tensor) -> Tensor:
 
 
 def _right_vectors(w: Tensor, method: str) -> tuple[Tensor, Tensor]:
-    """W [..., D, D] float64 → (σ [..., D], V [..., D, D]), σ descending, W = U·diag(σ)·Vᵀ, from the
-    eigendecomposition of WᵀW (exact: float64 ``eigh``; refine: float32 ``eigh``, refined in float64)."""
+    """W [..., D, D] float64 → (σ [..., D], V [..., D, D]), V's columns ordered by σ descending, from the
+    eigenvectors of WᵀW (eigh: float64; refine: float32, refined in float64). σᵢ = ‖W·vᵢ‖, not
+    √λᵢ: near zero, √λ has an error of √eps·σ_max, and σ⁽⁰⁾ᵢ/σᵢ would then scale noise up without
+    bound (a rank-deficient W at initialisation, disjoint_support_xavier); with the norm, direction
+    i of the result is σ⁽⁰⁾ᵢ times a unit vector, whatever the rounding."""
     gram = w.mT @ w
     if method == "eigh":
-        evals, v = torch.linalg.eigh(gram)
+        v = torch.linalg.eigh(gram)[1]
     else:
         try:
             v = torch.linalg.eigh(gram.float())[1].double()
@@ -55,8 +58,8 @@ def _right_vectors(w: Tensor, method: str) -> tuple[Tensor, Tensor]:
             v = torch.linalg.eigh(gram)[1]
         for _ in range(REFINE_STEPS):
             v = _refine(gram, v)
-        evals = (v * (gram @ v)).sum(-2)  # Rayleigh quotients vᵢᵀ(WᵀW)vᵢ
-    return evals.flip(-1).clamp_min(0).sqrt(), v.flip(-1)  # eigh is ascending
+    v = v.flip(-1)  # eigh is ascending
+    return torch.linalg.vector_norm(w @ v, dim=-2), v
 
 
 def clamp_spectrum(w: Tensor, sigma0: Tensor, method: str = "eigh", device: str | torch.device | None = None
@@ -68,7 +71,7 @@ def clamp_spectrum(w: Tensor, sigma0: Tensor, method: str = "eigh", device: str 
 
     ``svd``: the SVD of W (the clamp before issue 31). ``eigh``: WᵀW = V·diag(σ²)·Vᵀ, then
     U·diag(σ⁽⁰⁾)·Vᵀ = W·V·diag(σ⁽⁰⁾/σ)·Vᵀ (half an SVD's work on the CPU; U needs no sign
-    pairing). ``refine``: the same from a float32 eigh refined by ``REFINE_STEPS`` float64
+    pairing; σᵢ = ‖W·vᵢ‖). ``refine``: the same from a float32 eigh refined by ``REFINE_STEPS`` float64
     Ogita–Aishima steps (matrix products: a GPU runs them batched, where cuSOLVER loops over
     256×256 matrices one solver call each)."""
     if method not in METHODS:
@@ -83,7 +86,7 @@ def clamp_spectrum(w: Tensor, sigma0: Tensor, method: str = "eigh", device: str 
         clamped = (u * sigma0[..., None, :]) @ vh
     else:
         sigma, v = _right_vectors(w64, method)
-        scale = torch.where(sigma > 0, sigma0 / sigma.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+        scale = torch.where(sigma > 0, sigma0 / torch.where(sigma > 0, sigma, 1.0), 0.0)
         clamped = w64 @ (v * scale[..., None, :]) @ v.mT
     return torch.where(finite, clamped, w.detach().to(clamped)).to(home)
 

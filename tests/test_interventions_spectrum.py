@@ -167,5 +167,9 @@ def test_at_paper_width_every_method_is_the_svd_clamp(monkeypatch) -> None:
     want = clamp_spectrum(w, sigma0, "svd")
     err = {m: (clamp_spectrum(w, sigma0, m) - want).abs().max().item() for m in METHODS}
     assert max(err.values()) < 1e-8, err
+    # at initialisation a rank-deficient W_K is exactly so: σ = 0 where σ⁽⁰⁾ is rounding noise
+    want0 = clamp_spectrum(w0, sigma0, "svd")
+    err0 = {m: (clamp_spectrum(w0, sigma0, m) - want0).abs().max().item() for m in METHODS}
+    assert max(err0.values()) < 1e-8, err0
     monkeypatch.setattr(spectrum, "REFINE_STEPS", 0)
     assert (clamp_spectrum(w, sigma0, "refine") - want).abs().max().item() > 1e-8
