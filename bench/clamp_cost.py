@@ -10,7 +10,8 @@ CUDA graphed, the default) and ``interventions.spectrum.clamp_spectrum`` of its 
 method (``eigh``, ``svd``, ``refine``) on each decomposition device (the model's; on CUDA also the
 CPU: one copy there and back). A clamped step costs the ``none`` step plus the clamp, so each row
 is the clamp's median time over the step's, and ``step_with_clamp`` = 1 + that. ``max_abs_vs_svd``:
-each method's largest difference from the SVD clamp on the same weights.
+each method's largest difference from the SVD clamp on the same weights; ``fastest``: the
+fastest within ``TOLERANCE`` of it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from interventions.spectrum import METHODS, clamp_spectrum
 from model.train import TrainConfig
 
 INITS = ("independent_xavier", "qk_identical", "disjoint_support_xavier")
+#: a method farther than this from the SVD clamp cannot be the fastest (issue 31's tolerance)
+TOLERANCE = 1e-6
 
 
 def measure(size_name: str, depth: int, k: int, rounds: int, device: str, methods: list[str], steps: int,
@@ -64,12 +67,12 @@ def measure(size_name: str, depth: int, k: int, rounds: int, device: str, method
         rows.append({"clamp": name, "method": method, "decomp_device": place, "clamp_s": med(ts),
                      "x_none_step": med(ts) / t_step, "step_with_clamp": 1 + med(ts) / t_step,
                      "max_abs_vs_svd": err})
-    best = min(rows, key=lambda r: r["clamp_s"])
+    best = min((r for r in rows if r["max_abs_vs_svd"] <= TOLERANCE), key=lambda r: r["clamp_s"], default=rows[0])
     print(f"  {size_name} L{depth}, K = {k} ({k * depth} matrices of {mcfg.d_model}²), {device}, graphs "
           f"{trainer.graph_status}: none step {fmt_s(t_step)}", flush=True)
     for r in rows:
-        print(f"    clamp {r['clamp']:<14} {fmt_s(r['clamp_s']):>9} = {r['x_none_step']:6.2f} × the none step "
-              f"(clamped step {r['step_with_clamp']:.2f} ×); max |Δ| vs svd {r['max_abs_vs_svd']:.1e}", flush=True)
+        print(f"    clamp {r['clamp']:<14} {fmt_s(r['clamp_s']):>9} = {r['x_none_step']:6.3f} × the none step "
+              f"(clamped step {r['step_with_clamp']:.3f} ×); max |Δ| vs svd {r['max_abs_vs_svd']:.1e}", flush=True)
     return {"size": size_name, "depth": depth, "k": k, "device": device, "rounds": rounds, "steps_per_round": steps,
             "graph_status": trainer.graph_status, "none_step_s": t_step, "rows": rows, "fastest": best["clamp"],
             "fastest_step_with_clamp": best["step_with_clamp"]}
@@ -96,11 +99,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"bench.clamp_cost: k_spectrum_clamp per step vs a none step, {size} width, {threads} thread(s), "
           f"device {args.device}", flush=True)
     corpus = bench_corpus(SIZES[size].corpus)
-    results = [measure(size, int(d), int(k), args.rounds, args.device, methods, args.steps, corpus)
-               for d in args.depths.split(",") for k in args.ks.split(",")]
-    out = {"benchmark": "clamp_cost", "results": results, "machine": machine()}
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
+    out: dict[str, Any] = {"benchmark": "clamp_cost", "results": [], "machine": machine()}
+    for d in args.depths.split(","):
+        for k in args.ks.split(","):
+            out["results"].append(measure(size, int(d), int(k), args.rounds, args.device, methods, args.steps, corpus))
+            if args.json:  # after every shape: a run cut off by gpu.sh's timeout keeps what it measured
+                Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
     return out
 
 

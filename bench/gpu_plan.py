@@ -35,6 +35,7 @@ GUESS = {
     "graph_op_us": 1.5,    # one kernel of a replayed CUDA graph
     "tflops": 250.0,       # bf16 autocast training, about a quarter of an H100's dense peak
     "decomp_ms": 5.0,      # one float64 256×256 eigh or SVD on the GPU (cuSOLVER: one call each)
+    "cpu_decomp_ms": 14.0,  # the same on the CPU, mean of eigh / svd / refine (measured here: 7 / 12 / 24)
     "probe_s": 0.5,        # one depth-8 probe (forward + batched float64 decompositions; target ≤ 5 steps)
     "old_probe_s": 5.0,     # the per-layer probe before issue 27 (bench.probe_cost compares with it)
     "compile_s": 90.0,     # torch.compile of a pack of 36 (dynamo + inductor, cold cache)
@@ -131,7 +132,7 @@ def plan(ops: dict[int, float], seconds: float = 3.0) -> dict[str, Any]:
                 need += GUESS["compile_s"] if v["compile"] else 0.0
         add("throughput", group, need, ", ".join(names), optional=group in OPTIONAL)
     # clamp: depth 8, K = 1 and 12, 5 steps a round, 1 + 3 rounds of every method on both devices
-    clamp_calls = 4 * 6 * (1 + 12) * 8 * GUESS["decomp_ms"] * 1e-3
+    clamp_calls = 4 * 3 * (1 + 12) * 8 * (GUESS["decomp_ms"] + GUESS["cpu_decomp_ms"]) * 1e-3
     add("clamp", "clamp", GUESS["startup_s"] + 2 * GUESS["build_s"] + clamp_calls
         + 4 * 5 * (step_s(1, ops, True, depth=8) + step_s(12, ops, True, depth=8)),
         "bench.clamp_cost: the clamp's methods × devices, unpacked and K = 12, depth 8")
