@@ -46,7 +46,7 @@ mkdir -p "$OUT/packing"
 DRY=0 SECTIONS="$ALL"
 case "${1:-}" in
   --dry-run) DRY=1 ;;
-  -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 0 ;;
   "") ;;
   *) for s in "$@"; do
        case " $ALL " in *" $s "*) ;;
