@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from model.corpus import Corpus, load_corpus
+from model.gpt import GPTConfig
 
 
 def set_threads(n: int) -> int:
@@ -141,3 +142,36 @@ def write_json(obj: Any, path: str | Path) -> Path:
     tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
     os.replace(tmp, path)
     return path
+
+
+# -- the one place bench/ builds and drives a trainer ----------------------------------------------
+
+
+def build_trainer(model_cfg: GPTConfig, corpus: Corpus, members: list[tuple[str, int, Any]],
+                  condition: str = "none", graphs: bool = True) -> Any:
+    """``model.trainer.Trainer`` of M = len(members) runs of one shape and condition; members: (init
+    regime, weight seed, ``TrainConfig``) each (M = 1: the plain, unstacked GPT)."""
+    from interventions import make_intervention
+    from model.stack import Member
+    from model.trainer import Trainer
+
+    return Trainer(model_cfg, [Member(init, seed, cfg) for init, seed, cfg in members], corpus,
+                   lambda: make_intervention(condition), graphs=graphs)
+
+
+def run_members(trainer: Any) -> list[list[Any]]:
+    """``trainer.run()`` to the end; each member's ``EpochReport``s, in member order."""
+    reports: dict[int, list[Any]] = {i: [] for i in range(len(trainer.members))}
+    trainer.run(lambda i, r: reports[i].append(r))
+    return [reports[i] for i in range(len(reports))]
+
+
+def member_params(trainer: Any, i: int) -> dict[str, torch.Tensor]:
+    """Member i's parameters, named as in a plain GPT's ``named_parameters``, detached float32 on the CPU."""
+    return {n: p.detach().float().cpu() for n, p in trainer.member_model(i).named_parameters()}
+
+
+def k_weights(trainer: Any) -> torch.Tensor:
+    """Every W_K of the trainer, stacked: [L, D, D] for one run, [K, L, D, D] for a pack."""
+    named = dict(trainer.model.named_parameters())
+    return torch.stack([named[f"blocks.{i}.attn.k_proj.weight"] for i in range(trainer.model_cfg.n_layer)], dim=-3)

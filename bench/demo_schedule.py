@@ -40,13 +40,15 @@ def _one(job: dict) -> dict:
     preset = replace(base, model=replace(base.model, d_model=job["d_model"], d_mlp=4 * job["d_model"]),
                      train=replace(base.train, epochs=job["epochs"], steps_per_epoch=job["steps"]))
     corpus = load_corpus(preset.corpus, None)
-    from model.train import Trainer
+    from model.stack import Member
+    from model.trainer import Trainer
 
     rows: list[dict] = []
-    trainer = Trainer(preset.model_config(job["depth"], corpus.vocab_size), preset.train_config(job["seed"], "cpu"),
-                      corpus, job["init"], job["seed"], make_intervention(job["condition"]))
+    trainer = Trainer(preset.model_config(job["depth"], corpus.vocab_size),
+                      [Member(job["init"], job["seed"], preset.train_config(job["seed"], "cpu"))], corpus,
+                      lambda: make_intervention(job["condition"]))
 
-    def on_epoch(r) -> None:
+    def on_epoch(_: int, r) -> None:
         for row in r.layers:
             rows.append({**{k: job[k] for k in ("init", "depth", "seed", "condition")}, "epoch": r.epoch,
                          "val_loss": r.run["val_loss"], **{k: row[k] for k in

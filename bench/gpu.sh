@@ -1,31 +1,38 @@
 #!/usr/bin/env bash
-# The one GPU script of qkgeom (issue 27): one call of under 8 minutes on a bare GPU machine.
+# The one GPU script of qkgeom (issues 27, 31): one call on a bare GPU machine, every budget derived.
 #
 #   source .device/setup.sh && bash bench/gpu.sh    (.device/: ../shared/tools/device-bundle brings Ray)
-#   bash bench/gpu.sh --dry-run                    check the set-up; without CUDA: "no CUDA found", exit 0
-#   bash bench/gpu.sh SECTION...                   only these sections, in this order
+#   bash bench/gpu.sh --dry-run                    the plan and the set-up; without CUDA: "no CUDA found", exit 0
+#   bash bench/gpu.sh SECTION...                   only these sections, in this order (throughput: < 4 min)
 #
-# Sections, each in its own processes under `timeout`, each figure against unpacked eager measured in
+# Sections, each item its own process under `timeout`, each figure against unpacked eager measured in
 # this same call:
-#   throughput   unpacked eager and with CUDA graphs; packs of 12 and 36, eager and graphed; 4 processes;
-#                a compiled pack of 36; run-steps/s, × unpacked eager, the paper grid's projected hours
+#   throughput   unpacked eager / graphed / k_spectrum_clamp; packs of 12 (eager, graphed, clamp) and 36;
+#                4 processes; GPU busy (its own process); a compiled pack of 36 only with time left
 #                (bench/gpu_packing.py)
+#   clamp        k_spectrum_clamp's decomposition: eigh / svd / refine on the GPU and on the CPU, unpacked
+#                and a pack of 12, as × the none step (bench/clamp_cost.py)
 #   probe        the per-epoch probe plus validation in training steps at depth 8 (bench/probe_cost.py)
 #   equivalence  a pack against its unpacked runs, against the noise of switching attention backend,
 #                fp32 and bf16 (bench/pack_equivalence.py)
-#   sweep        the baseline sweep (paper width, depths 4 6 8, 2 seeds, 2 × 250 steps) with default
-#                flags and with --pack 1: wall time, rows, values, each run's first step (bench/gpu_sweep.py)
-# then the table of every figure (bench/gpu_bench.py --report) in ${OUT:-bench/out}/gpu_results.json.
-# Environment: PYTHON (interpreter), OUT (results folder), BUDGET_S (default 470), SECONDS_PER_VARIANT (5).
+#   sweep        the baseline sweep twice, default flags and --pack 1, only with its need left
+#                (bench/gpu_sweep.py; on its own: bash bench/gpu.sh sweep)
+# Budgets: bench/gpu_plan.py (printed first: ops per step counted here, the GPU's costs guessed); each
+# item's time and how it ended go to $OUT/timings.jsonl; then the table of every figure, with each
+# section's budget and actual seconds (bench/gpu_bench.py --report) in ${OUT:-bench/out}/gpu_results.json.
+# Environment: PYTHON (interpreter), OUT (results folder), BUDGET_S (default: the sections' budgets,
+# at most 470), SECONDS_PER_VARIANT (3), CPU_CHECK=1 (every section at a tiny size on the CPU: a check
+# of this script, measuring nothing).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 OUT="${OUT:-bench/out}"
-BUDGET_S="${BUDGET_S:-470}"
-SECONDS_PER_VARIANT="${SECONDS_PER_VARIANT:-5}"
+SECONDS_PER_VARIANT="${SECONDS_PER_VARIANT:-3}"
+DEV=cuda TINY=()
+if [ "${CPU_CHECK:-0}" = 1 ]; then DEV=cpu TINY=(--tiny); fi
 START=$(date +%s)
-DEADLINE=$((START + BUDGET_S))
+ALL="throughput clamp probe equivalence sweep"
 
 if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"
 elif [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"
@@ -36,23 +43,22 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"  # the sweep starts its own throw-away local cluster
 mkdir -p "$OUT/packing"
 
-DRY=0 SECTIONS="throughput probe equivalence sweep"
+DRY=0 SECTIONS="$ALL"
 case "${1:-}" in
   --dry-run) DRY=1 ;;
-  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 0 ;;
   "") ;;
   *) for s in "$@"; do
-       case "$s" in throughput|probe|equivalence|sweep) ;;
-         *) echo "bash bench/gpu.sh: unknown section '$s'; choose from: throughput probe equivalence sweep" >&2; exit 2 ;;
+       case " $ALL " in *" $s "*) ;;
+         *) echo "bash bench/gpu.sh: unknown section '$s'; choose from: $ALL" >&2; exit 2 ;;
        esac
      done
      SECTIONS="$*" ;;
 esac
-echo "[gpu.sh] $(date -u +%FT%TZ) python: $PY; out: $OUT; budget ${BUDGET_S}s; sections: $SECTIONS"
 
-if ! "$PY" -c "import torch, model.train, bench.gpu_bench" >/dev/null 2>&1; then
-  echo "[gpu.sh] 'import torch, model.train' fails with $PY:"
-  "$PY" -c "import torch, model.train" 2>&1 | tail -1 || true
+if ! "$PY" -c "import torch, model.trainer, bench.gpu_bench" >/dev/null 2>&1; then
+  echo "[gpu.sh] 'import torch, model.trainer' fails with $PY:"
+  "$PY" -c "import torch, model.trainer" 2>&1 | tail -1 || true
   if [ "$DRY" = 1 ] && ! "$PY" -c "import torch" >/dev/null 2>&1; then
     echo "[gpu.sh] no CUDA found (torch is not importable): nothing measured"
     exit 0
@@ -60,74 +66,117 @@ if ! "$PY" -c "import torch, model.train, bench.gpu_bench" >/dev/null 2>&1; then
   [ "$DRY" = 1 ] || exit 1
 fi
 
+# the plan: every item's budget, from what it runs (bench/gpu_plan.py)
+PLAN_OUT=$("$PY" -m bench.gpu_plan --out "$OUT" --seconds "$SECONDS_PER_VARIANT" --budget-of "$SECTIONS")
+echo "$PLAN_OUT" | grep -v '^BUDGET '
+BUDGET_S="${BUDGET_S:-$(echo "$PLAN_OUT" | sed -n 's/^BUDGET //p')}"
+DEADLINE=$((START + BUDGET_S))
+echo "[gpu.sh] $(date -u +%FT%TZ) python: $PY; out: $OUT; budget ${BUDGET_S}s; sections: $SECTIONS"
+
 if [ "$DRY" = 1 ]; then
   "$PY" -m bench.gpu_bench --dry-run --out "$OUT"
-  echo "[gpu.sh] throughput variants: $("$PY" -m bench.gpu_packing --list | tr '\n' ' ')"
+  echo "[gpu.sh] throughput groups: $("$PY" -m bench.gpu_packing --list | tr '\n' ';')"
   "$PY" -c "import ray" >/dev/null 2>&1 || echo "[gpu.sh] no Ray here: the sweep section would be skipped (../shared/tools/device-bundle)"
   exit 0
 fi
 
-if ! "$PY" -m bench.gpu_bench --check-cuda --out "$OUT"; then
+if [ "$DEV" = cpu ]; then
+  echo "[gpu.sh] CPU_CHECK=1: every section at a tiny size on the CPU, a check of this script: nothing measured"
+elif ! "$PY" -m bench.gpu_bench --check-cuda --out "$OUT"; then
   echo "[gpu.sh] no CUDA found: nothing measured"
   exit 1
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || true
+: > "$OUT/timings.jsonl"
 
-clip() {  # budget_seconds deadline -> the budget, clipped to the deadline (15 s kept for the report)
-  local budget=$1 left=$(($2 - $(date +%s) - 15))
+plan() {  # plan ITEM FIELD: a field of the plan's item (no torch import)
+  "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]][sys.argv[3]][sys.argv[4]])" \
+    "$OUT/plan.json" items "$1" "$2"
+}
+items_of() { "$PY" -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['order'][sys.argv[2]]))" "$OUT/plan.json" "$1"; }
+section_budget() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['sections'].get(sys.argv[2], 0))" "$OUT/plan.json" "$1"; }
+reserved_after() {  # the budgets of the sections after this one, non-optional items only
+  local after=0 seen=0 s
+  for s in $SECTIONS; do
+    if [ "$seen" = 1 ]; then
+      after=$((after + $(section_budget "$s")))
+    fi
+    [ "$s" = "$1" ] && seen=1
+  done
+  echo "$after"
+}
+log() {  # log ITEM SECTION BUDGET RAN RC STATUS
+  printf '{"item": "%s", "section": "%s", "budget_s": %s, "ran_s": %s, "rc": %s, "status": "%s"}\n' "$@" >> "$OUT/timings.jsonl"
+}
+
+timed() {  # timed ITEM SECTION command... : under timeout, with the item's budget clipped to what is left
+  local item=$1 section=$2 budget need left rc=0 t0 status=ok
+  shift 2
+  budget=$(plan "$item" budget_s); need=$(plan "$item" need_s); need=${need%.*}
+  left=$((DEADLINE - $(date +%s) - RESERVED - 10))
+  if [ "$(plan "$item" optional)" = True ] && [ "$left" -lt "$need" ]; then
+    local again=$(( $(section_budget "$section") + 15 + budget ))
+    echo "[gpu.sh] skip $item: it needs about ${need}s, ${left}s left in this call (to run it: BUDGET_S=$again bash bench/gpu.sh $section)"
+    log "$item" "$section" "$budget" 0 null "skipped: needs ${need}s, ${left}s left"
+    return 0
+  fi
   if [ "$left" -lt "$budget" ]; then budget=$left; fi
-  echo "$budget"
-}
-
-timed() {  # name budget command... : run under timeout, say how it ended
-  local name=$1 budget rc=0 t0
-  budget=$(clip "$2" "$SECTION_DEADLINE"); shift 2
-  if [ "$budget" -lt 20 ]; then echo "[gpu.sh] skip $name: out of time"; return 0; fi
+  if [ "$budget" -lt 20 ]; then
+    echo "[gpu.sh] skip $item: out of time (${left}s left)"
+    log "$item" "$section" "$(plan "$item" budget_s)" 0 null "skipped: out of time"
+    return 0
+  fi
   t0=$(date +%s)
-  echo "[gpu.sh] $name (timeout ${budget}s)"
+  echo "[gpu.sh] $item (timeout ${budget}s, planned $(plan "$item" budget_s)s)"
   timeout -k 10 "$budget" "$@" || rc=$?
-  echo "[gpu.sh] $name: rc $rc in $(( $(date +%s) - t0 ))s ($(( $(date +%s) - START ))s in all)"
-  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then echo "{\"status\": \"timed out after ${budget}s\"}" > "$OUT/$name.timeout.json"; fi
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then status="timed out after ${budget}s"; elif [ "$rc" != 0 ]; then status="rc $rc"; fi
+  echo "[gpu.sh] $item: $status in $(( $(date +%s) - t0 ))s ($(( $(date +%s) - START ))s in all)"
+  log "$item" "$section" "$budget" "$(( $(date +%s) - t0 ))" "$rc" "$status"
 }
-
-section_budget() { "$PY" -c "from bench.gpu_bench import SECTIONS; print(SECTIONS['$1'])"; }
 
 throughput() {
   rm -f "$OUT"/packing/*.json
-  for v in unpacked unpacked_graphs pack12 pack12_graphs pack36 pack36_graphs procs4; do
-    timed "$v" 60 "$PY" -m bench.gpu_packing --variant "$v" --out "$OUT" --seconds "$SECONDS_PER_VARIANT"
+  local g
+  for g in $(items_of throughput); do
+    timed "$g" throughput "$PY" -m bench.gpu_packing --group "$g" --out "$OUT" --seconds "$SECONDS_PER_VARIANT" \
+      --device "$DEV" "${TINY[@]}"
   done
-  timed pack36_graphs_compile 90 "$PY" -m bench.gpu_packing --variant pack36_graphs_compile --out "$OUT" \
-    --seconds "$SECONDS_PER_VARIANT"
+}
+
+clamp() {
+  local shape=(--depths 8 --ks 1,12); [ "$DEV" = cpu ] && shape=(--depths 2 --ks 1,3 --tiny)
+  timed clamp clamp "$PY" -m bench.clamp_cost --device "$DEV" "${shape[@]}" --steps 5 --rounds 3 --threads 0 \
+    --json "$OUT/clamp.json"
 }
 
 probe() {
-  timed probe 60 "$PY" -m bench.probe_cost --device cuda --depths 8 --rounds 3 --steps 20 --threads 0 \
+  timed probe probe "$PY" -m bench.probe_cost --device "$DEV" "${TINY[@]}" --depths 8 --rounds 3 --steps 20 --threads 0 \
     --json "$OUT/probe.json"
 }
 
 equivalence() {
+  local amp shape=(--size paper --k 3 --depth 4 --steps 20)
+  [ "$DEV" = cpu ] && shape=(--size tiny --k 2 --depth 1 --steps 2)
   for amp in off bf16; do
-    timed "equivalence-$amp" 45 "$PY" -m bench.pack_equivalence --device cuda --size paper --k 6 --depth 4 \
-      --steps 20 --amp "$amp" --json "$OUT/equivalence-$amp.json"
+    timed "equivalence-$amp" equivalence "$PY" -m bench.pack_equivalence --device "$DEV" "${shape[@]}" \
+      --amp "$amp" --json "$OUT/equivalence-$amp.json"
   done
 }
 
 sweep() {
   if ! "$PY" -c "import ray" >/dev/null 2>&1; then
     echo "[gpu.sh] skip sweep: Ray is not importable (source .device/setup.sh; ../shared/tools/device-bundle)"
+    log sweep sweep "$(plan sweep budget_s)" 0 null "skipped: no Ray"
     return 0
   fi
-  local budget
-  budget=$(clip "$(section_budget sweep)" "$DEADLINE")
-  timed sweep "$budget" "$PY" -m bench.gpu_sweep --out "$OUT" --timeout $(( (budget - 10) / 2 ))
+  local left=$((DEADLINE - $(date +%s) - 10)) budget
+  budget=$(plan sweep budget_s); if [ "$left" -lt "$budget" ]; then budget=$left; fi
+  timed sweep sweep "$PY" -m bench.gpu_sweep --out "$OUT" --timeout $(( (budget - 10) / 2 )) "${TINY[@]}"
 }
 
 for section in $SECTIONS; do
-  SECTION_DEADLINE=$(( $(date +%s) + $(section_budget "$section") ))
-  if [ "$SECTION_DEADLINE" -gt "$DEADLINE" ]; then SECTION_DEADLINE=$DEADLINE; fi
+  RESERVED=$(reserved_after "$section")
   "$section"
 done
-SECTION_DEADLINE=$DEADLINE
 "$PY" -m bench.gpu_bench --report --out "$OUT" || echo "[gpu.sh] report failed"
 echo "[gpu.sh] done in $(( $(date +%s) - START ))s: $OUT/gpu_results.json"

@@ -1,17 +1,19 @@
-"""The GPU script's set-up check and its report (``bench/gpu.sh``, issue 27).
+"""The GPU script's set-up check and its report (``bench/gpu.sh``, issues 27 and 31).
 
     python -m bench.gpu_bench --dry-run --out DIR      whether CUDA is there and what gpu.sh would run
     python -m bench.gpu_bench --check-cuda --out DIR   exit 0 with CUDA; else write the no-CUDA file, exit 1
     python -m bench.gpu_bench --report --out DIR       every section's figures → DIR/gpu_results.json, one table
 
-The sections (each its own module, each writing its JSON under DIR): ``throughput``
-(``bench.gpu_packing``: unpacked eager and graphed, packs of 12 and 36 eager and graphed, 4
-processes, a compiled pack; each against unpacked eager, with the paper grid's projected hours),
-``probe`` (``bench.probe_cost``: the per-epoch probe plus validation in training steps at depth 8),
+The sections (each its own module, each writing its JSON under DIR; budgets from ``bench.gpu_plan``):
+``throughput`` (``bench.gpu_packing``: unpacked eager and graphed, packs of 12 and 36 eager and
+graphed, ``k_spectrum_clamp`` unpacked and in a pack of 12, 4 processes, GPU busy, a compiled pack;
+each against unpacked eager, with the paper grid's projected hours), ``clamp``
+(``bench.clamp_cost``: the clamp's decomposition methods and devices, as × the none step), ``probe`` (``bench.probe_cost``: the per-epoch probe plus validation in training steps at depth 8),
 ``equivalence`` (``bench.pack_equivalence``: a pack against its unpacked runs, against the noise of
 switching the attention backend, fp32 and bf16) and ``sweep`` (``bench.gpu_sweep``: the baseline
-sweep with default flags and with ``--pack 1``). The report prints what each measured, and
-"not measured" for what did not run.
+sweep with default flags and with ``--pack 1``). The report prints what each measured, "not
+measured" for what did not run, and each section's planned budget beside the seconds it ran
+(``DIR/timings.jsonl``, written by gpu.sh).
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-#: seconds each section may take inside gpu.sh's budget (480 s: one device call of ≤ 8 minutes)
-SECTIONS = {"throughput": 170, "probe": 50, "equivalence": 70, "sweep": 180}
 TARGETS = {"probe_steps": 5.0, "sweep_speedup": 5.0, "first_step_s": 30.0}
 
 
@@ -77,6 +77,44 @@ def _load(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def probe_device(probe: dict[str, Any]) -> str:
+    """Where ``decomp_device="auto"`` put the probe's decompositions, at the probe's real shapes: the
+    worst depth's own figure (``auto_decomp_device``), else the file's top-level ``decomp_device``."""
+    worst = [r for r in probe.get("results", []) if r.get("depth") == probe.get("worst_depth")]
+    if worst and worst[0].get("auto_decomp_device"):
+        return f"{worst[0]['auto_decomp_device']}, chosen at the probe's shapes"
+    return str(probe.get("decomp_device", "?"))
+
+
+def clamp_lines(clamp: dict[str, Any] | None) -> list[str]:
+    """bench.clamp_cost's figures: per shape, each method and device as × the none step, and the fastest."""
+    if not clamp:
+        return ["k_spectrum_clamp's decomposition: not measured"]
+    lines = []
+    for r in clamp["results"]:
+        shape = "unpacked" if r["k"] == 1 else f"pack of {r['k']}"
+        each = ", ".join(f"{x['clamp']} {x['x_none_step']:.2f}×" for x in r["rows"])
+        lines.append(f"k_spectrum_clamp's decomposition, depth {r['depth']}, {shape}, × the none step "
+                     f"({r['none_step_s'] * 1e3:.1f} ms): {each}; fastest {r['fastest']} (clamped step "
+                     f"{r['fastest_step_with_clamp']:.2f}×)")
+    return lines
+
+
+def timing_lines(out: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """gpu.sh's timings.jsonl: each item's planned budget, actual seconds and ending; one line a section."""
+    path = out / "timings.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    sections: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        sections.setdefault(r["section"], []).append(r)
+    lines = []
+    for section, items in sections.items():
+        each = ", ".join(f"{r['item']} {r['ran_s']}/{r['budget_s']} s ({r['status']})" for r in items)
+        lines.append(f"section {section}: ran {sum(r['ran_s'] for r in items)} s of "
+                     f"{sum(r['budget_s'] for r in items if not r['status'].startswith('skipped'))} s budgeted: {each}")
+    return rows, lines
+
+
 def report(out: Path) -> dict[str, Any]:
     """Every section's figures in one table and in DIR/gpu_results.json."""
     from bench.gpu_packing import summary
@@ -93,7 +131,7 @@ def report(out: Path) -> dict[str, Any]:
     result["probe"] = probe
     if probe and probe.get("ratio") is not None:
         line = (f"probe + validation at depth {probe.get('worst_depth', 8)}: {probe['ratio']:.2f} training steps "
-                f"(decompositions on {probe.get('decomp_device', '?')}); target ≤ {TARGETS['probe_steps']:g}: "
+                f"(decompositions on {probe_device(probe)}); target ≤ {TARGETS['probe_steps']:g}: "
                 f"{'met' if probe['ratio'] <= TARGETS['probe_steps'] else 'not met'}")
     else:
         line = "probe + validation: not measured"
@@ -114,6 +152,11 @@ def report(out: Path) -> dict[str, Any]:
         print(f"  {line}")
         result["targets"][f"equivalence_{amp}"] = line
 
+    result["clamp"] = _load(out / "clamp.json")
+    result["targets"]["clamp"] = clamp_lines(result["clamp"])
+    for line in result["targets"]["clamp"]:
+        print(f"  {line}")
+
     sweep = _load(out / "sweep.json")
     result["sweep"] = sweep
     if sweep and "compare" in sweep:
@@ -129,6 +172,10 @@ def report(out: Path) -> dict[str, Any]:
         line = "sweep twice: not measured" + (f" ({sweep})" if sweep else "")
     print(f"  {line}")
     result["targets"]["sweep"] = line
+    result["timings"], result["targets"]["time"] = timing_lines(out)
+    result["plan"] = _load(out / "plan.json")
+    for line in result["targets"]["time"] or ["section times: not recorded (gpu.sh writes timings.jsonl)"]:
+        print(f"  {line}")
     path = out / "gpu_results.json"
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(f"[gpu_bench] wrote {path}")
@@ -157,9 +204,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.dry_run:
         if not ok:
             return no_cuda(out, what)
-        print(f"[gpu_bench] CUDA found: {what}. Dry run: nothing measured. Sections and budgets (s): "
-              + ", ".join(f"{k} {v}" for k, v in SECTIONS.items()))
-        return {"cuda": True, "measured": False, "plan": SECTIONS}
+        plan = _load(out / "plan.json")
+        print(f"[gpu_bench] CUDA found: {what}. Dry run: nothing measured. Planned seconds per section: "
+              + (", ".join(f"{k} {v}" for k, v in plan["sections"].items()) if plan else "no plan.json"))
+        return {"cuda": True, "measured": False, "plan": plan}
     if not ok:
         no_cuda(out, what)
         raise SystemExit(1)

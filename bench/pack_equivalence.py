@@ -6,7 +6,7 @@ backend? (issue 27, item 5; SPEC §5.1 on a GPU)
 
 K runs (the three inits in turn, seeds 37, 38, ...) are trained three ways from the same weights
 and batches: (A) unpacked ``Trainer``s with the default attention backend (flash where the device
-has it), (B) the same with SDPA's math backend: the *backend noise*, and (P) one ``PackedTrainer``
+has it), (B) the same with SDPA's math backend: the *backend noise*, and (P) one ``Trainer`` of several members
 (default backend). After ``--steps`` steps it compares P with A, and B with A:
 
 - every parameter tensor: ‖P−A‖/‖A‖ against ‖B−A‖/‖A‖, per member (the largest over members);
@@ -32,10 +32,9 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench.common import bench_corpus
+from bench.common import bench_corpus, build_trainer, member_params, run_members
 from bench.train_step import SIZES, model_config
-from model.pack import Member, PackedTrainer
-from model.train import TrainConfig, Trainer
+from model.recipe import TrainConfig
 
 INITS = ("independent_xavier", "qk_identical", "disjoint_support_xavier")
 RUN_COLUMNS = ("train_loss", "val_loss", "grad_norm")
@@ -46,37 +45,29 @@ FLOOR = 4 * torch.finfo(torch.float32).eps
 NOISE_ONLY = ("attn.k_proj.bias",)
 
 
-def members(k: int, size, steps: int, device: str, amp: str) -> list[Member]:
+def members(k: int, size, steps: int, device: str, amp: str) -> list[tuple[str, int, TrainConfig]]:
+    """(init, weight seed, TrainConfig) of each run: the three inits in turn, seeds 37, 38, ..."""
     cfg = lambda seed: TrainConfig(lr=size.lr, batch_size=size.batch, epochs=1, steps_per_epoch=steps,  # noqa: E731
                                    eval_batches=2, probe_seqs=8, amp=amp, device=device, seed=seed)
-    return [Member(INITS[i % 3], 37 + i, cfg(37 + i)) for i in range(k)]
+    return [(INITS[i % 3], 37 + i, cfg(37 + i)) for i in range(k)]
 
 
-def _collect() -> tuple[list[Any], Any]:
-    reports: list[Any] = []
-    return reports, reports.append
-
-
-def run_unpacked(mcfg, corpus, ms: list[Member], backend: SDPBackend | None) -> tuple[list[dict], list[Any]]:
-    """Each member as a Trainer under ``backend`` (None: the default); (weights, last reports)."""
+def run_unpacked(mcfg, corpus, ms: list[tuple], backend: SDPBackend | None) -> tuple[list[dict], list[Any]]:
+    """Each member as a run of its own under ``backend`` (None: the default); (weights, last reports)."""
     weights, last = [], []
     for m in ms:
         with sdpa_kernel(backend) if backend is not None else nullcontext():
-            t = Trainer(mcfg, m.train, corpus, m.qk_init, m.model_seed)
-            reports, add = _collect()
-            t.run(add)
-        weights.append({n: p.detach().float().cpu() for n, p in t.model.named_parameters()})
+            t = build_trainer(mcfg, corpus, [m])
+            (reports,) = run_members(t)
+        weights.append(member_params(t, 0))
         last.append(reports[-1])
     return weights, last
 
 
-def run_packed(mcfg, corpus, ms: list[Member]) -> tuple[list[dict], list[Any]]:
-    pack = PackedTrainer(mcfg, ms, corpus)
-    reports: dict[int, Any] = {}
-    pack.run(lambda i, r: reports.__setitem__(i, r))
-    weights = [{n: p.detach().float().cpu() for n, p in pack.member_model(i).named_parameters()}
-               for i in range(len(ms))]
-    return weights, [reports[i] for i in range(len(ms))]
+def run_packed(mcfg, corpus, ms: list[tuple]) -> tuple[list[dict], list[Any]]:
+    pack = build_trainer(mcfg, corpus, ms)
+    reports = run_members(pack)
+    return [member_params(pack, i) for i in range(len(ms))], [r[-1] for r in reports]
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -2,7 +2,7 @@
 
     python -m bench.packing [--depth 2] [--ks 1,3,6] [--count-ks 3,12,36] [--rounds 5] [--quick|--tiny]
 
-(a) Throughput. K Trainers (the unpacked runs: K inits/seeds) against one PackedTrainer of
+(a) Throughput. K one-run Trainers (the unpacked runs: K inits/seeds) against one Trainer of
 the same K members, at the demo shape (d_model 64, 4 heads, d_mlp 256, context 64, batch 16
 on stdlib-docs), K = 1, 3, 6. A round is ``train_epoch()`` of ``--steps`` steps on each of
 the K Trainers against one ``train_epoch()`` of the pack (no probe, no validation), alternated
@@ -52,9 +52,10 @@ from bench.common import (
 from bench.train_step import SIZES, Size, model_config
 from model.corpus import Corpus
 from model.gpt import GPTConfig
-from model.pack import Member, PackedTrainer
 from model.qk_init import QK_INITS
-from model.train import TrainConfig, Trainer
+from model.recipe import TrainConfig
+from model.stack import Member
+from model.trainer import Trainer
 
 TARGET_K, TARGET_RATIO = 12, 0.12  # issue 27
 
@@ -82,13 +83,13 @@ def members(k: int, size: Size, steps: int) -> list[Member]:
 
 
 def unpacked(mcfg: GPTConfig, corpus: Corpus, ms: list[Member]) -> list[Trainer]:
-    return [Trainer(mcfg, m.train, corpus, m.qk_init, m.model_seed) for m in ms]
+    return [Trainer(mcfg, [m], corpus) for m in ms]
 
 
 def throughput(size: Size, mcfg: GPTConfig, corpus: Corpus, k: int, steps: int, rounds: int) -> dict[str, Any]:
     """One pack of K against K unpacked Trainers, alternated round by round."""
     ms = members(k, size, steps)
-    trainers, pack = unpacked(mcfg, corpus, ms), PackedTrainer(mcfg, ms, corpus)
+    trainers, pack = unpacked(mcfg, corpus, ms), Trainer(mcfg, ms, corpus)
     sink: list[Any] = []
     cpu: dict[str, list[float]] = {}
     times = alternate({"unpacked": lambda: sink.extend(t.train_epoch() for t in trainers),
@@ -129,7 +130,7 @@ def dispatch_counts(size: Size, mcfg: GPTConfig, corpus: Corpus, ks: list[int], 
         one = ops_per_step(lambda steps: unpacked(mcfg, corpus, members(1, size, steps))[0])
         rows = []
         for k in ks:
-            total, non_view = ops_per_step(lambda steps, k=k: PackedTrainer(mcfg, members(k, size, steps), corpus))
+            total, non_view = ops_per_step(lambda steps, k=k: Trainer(mcfg, members(k, size, steps), corpus))
             rows.append({"k": k, "ops_per_step": total, "non_view_per_step": non_view,
                          "ops_per_member_step": total / k, "non_view_per_member_step": non_view / k,
                          "ratio": total / k / one[0], "non_view_ratio": non_view / k / one[1]})

@@ -170,7 +170,7 @@ def measure(size_name: str, depth: int, rounds: int, device: str = "cpu", eval_b
     times = alternate({"step": trainer.train_epoch,
                        "probe_cpu": lambda: probe_layers(model, x, decomp_device="cpu"),
                        "probe_same": lambda: probe_layers(model, x, decomp_device="same"),
-                       "forward": lambda: probe_inputs(model, x), "val_loss": trainer.val_loss},
+                       "forward": lambda: probe_inputs(model, x), "val_loss": trainer.val_losses},
                       rounds=rounds, warmup=1, device=device)
     old = old_probe_layers() if old_rounds > 0 else None
     if old is not None:

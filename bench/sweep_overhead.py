@@ -67,7 +67,8 @@ def grid_preset(argv: list[str]) -> Preset:
 
 def in_process(preset: Preset, cpus_per_trial: int) -> dict[str, Any]:
     """Run the preset's trials back to back here; per-trial wall and training seconds."""
-    from model.train import Trainer
+    from model.stack import Member
+    from model.trainer import Trainer
     from sweep.runner import prepare_corpus
 
     corpus = prepare_corpus(preset)
@@ -78,12 +79,12 @@ def in_process(preset: Preset, cpus_per_trial: int) -> dict[str, Any]:
         for cell in preset.cells():
             t0 = time.perf_counter()
             trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
-                              preset.train_config(cell.seed, "cpu"), corpus, cell.init, cell.seed)
-            status = trainer.run()
+                              [Member(cell.init, cell.seed, preset.train_config(cell.seed, "cpu"))], corpus)
+            [status] = trainer.run()
             trials.append({"run_id": cell.run_id, "init": cell.init, "depth": cell.depth, "seed": cell.seed,
-                           "status": status, "wall_s": time.perf_counter() - t0, "train_s": trainer.wall_s})
+                           "status": status, "wall_s": time.perf_counter() - t0, "train_s": trainer.wall_s[0]})
             print(f"  in-process {cell.init} L{cell.depth} s{cell.seed}: {trials[-1]['wall_s']:.1f} s "
-                  f"(training {trainer.wall_s:.1f} s)", flush=True)
+                  f"(training {trainer.wall_s[0]:.1f} s)", flush=True)
     finally:
         torch.set_num_threads(previous)
     return {"trials": trials, "preset": preset.name}
@@ -93,17 +94,18 @@ def _plain_trial(job: tuple[Preset, int, int]) -> dict[str, Any]:
     """One trial in a plain worker process (the control)."""
     preset, index, threads = job
     torch.set_num_threads(threads)
-    from model.train import Trainer
+    from model.stack import Member
+    from model.trainer import Trainer
     from sweep.runner import prepare_corpus
 
     corpus = prepare_corpus(preset)
     cell = preset.cells()[index]
     t0 = time.perf_counter()
     trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
-                      preset.train_config(cell.seed, "cpu"), corpus, cell.init, cell.seed)
-    status = trainer.run()
+                      [Member(cell.init, cell.seed, preset.train_config(cell.seed, "cpu"))], corpus)
+    [status] = trainer.run()
     return {"run_id": cell.run_id, "status": status, "wall_s": time.perf_counter() - t0,
-            "train_s": trainer.wall_s}
+            "train_s": trainer.wall_s[0]}
 
 
 def plain_parallel(preset: Preset, n: int, cpus_per_trial: int, concurrency: int) -> dict[str, Any]:

@@ -61,7 +61,9 @@ from bench.common import (
 from model.corpus import BatchSampler, Corpus
 from model.gpt import GPTConfig
 from model.qk_init import build_model
-from model.train import TrainConfig, Trainer
+from model.recipe import TrainConfig
+from model.stack import Member
+from model.trainer import Trainer
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def make_trainer(model_cfg: GPTConfig, corpus: Corpus, qk_init: str, model_seed:
                  compile: bool = False) -> Trainer:
     cfg = TrainConfig(lr=lr, batch_size=batch_size, epochs=1, steps_per_epoch=steps, eval_batches=1,
                       probe_seqs=16, amp=amp, device=device, seed=batch_seed, compile=compile)
-    return Trainer(model_cfg, cfg, corpus, qk_init, model_seed)
+    return Trainer(model_cfg, [Member(qk_init, model_seed, cfg)], corpus)
 
 
 def measure(size: Size, depth: int, steps: int, rounds: int, device: str = "cpu",

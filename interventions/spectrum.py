@@ -1,4 +1,12 @@
-"""Projection interventions (SPEC §5): constrain weights after every optimiser step."""
+"""Projection interventions (SPEC §5): constrain weights after every optimiser step.
+
+``clamp_spectrum`` is the clamp itself, for a whole batch of matrices in one decomposition call
+(all L layers of a run, all K·L of a pack). How it decomposes is a class setting of
+``KSpectrumClamp`` (``method``, ``decomp_device``), not a strength: every method gives the same
+values to float64 rounding (tests/test_interventions_spectrum.py checks 600 steps against the
+clamp as it was before issue 31), they differ in cost only, and a GPU run picks the cheapest
+(``bench/clamp_cost.py``, run by ``bench/gpu.sh``).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,77 @@ from torch import Tensor, nn
 
 from interventions.base import Intervention, register
 
+#: the ways ``clamp_spectrum`` can decompose W (module docstring; LOG.md, issue 31, weighs them)
+METHODS = ("eigh", "svd", "refine")
+#: Ogita–Aishima refinement steps after the float32 eigh of ``method="refine"``
+REFINE_STEPS = 2
+
+
+def _refine(a: Tensor, x: Tensor) -> Tensor:
+    """One Ogita–Aishima refinement step (Ogita & Aishima 2018, Algorithm 1) of approximate
+    eigenvectors x of the symmetric a, both [..., n, n] float64; matrix products only, so a
+    batch costs a few batched GEMMs. Pairs of eigenvalues closer than the error bound δ are
+    only re-orthogonalised (Frobenius norms stand in for 2-norms: a larger, safe δ)."""
+    r = -(x.mT @ x)
+    r.diagonal(dim1=-2, dim2=-1).add_(1.0)  # R = I − XᵀX
+    s = x.mT @ a @ x  # S = XᵀAX
+    lam = s.diagonal(dim1=-2, dim2=-1) / (1 - r.diagonal(dim1=-2, dim2=-1))  # (..., n)
+    off = s - torch.diag_embed(lam)
+    delta = 2 * (torch.linalg.matrix_norm(off) + torch.linalg.matrix_norm(a) * torch.linalg.matrix_norm(r))
+    gap = lam[..., None, :] - lam[..., :, None]  # [i, j] = λ_j − λ_i
+    apart = gap.abs() > delta[..., None, None]
+    e = torch.where(apart, (s + lam[..., None, :] * r) / torch.where(apart, gap, 1.0), r / 2)
+    return x + x @ e
+
+
+def _right_vectors(w: Tensor, method: str) -> tuple[Tensor, Tensor]:
+    """W [..., D, D] float64 → (σ [..., D], V [..., D, D]), V's columns ordered by σ descending, from the
+    eigenvectors of WᵀW (eigh: float64; refine: float32, refined in float64). σᵢ = ‖W·vᵢ‖, not
+    √λᵢ: near zero, √λ has an error of √eps·σ_max, and σ⁽⁰⁾ᵢ/σᵢ would then scale noise up without
+    bound (a rank-deficient W at initialisation, disjoint_support_xavier); with the norm, direction
+    i of the result is σ⁽⁰⁾ᵢ times a unit vector, whatever the rounding."""
+    gram = w.mT @ w
+    if method == "eigh":
+        v = torch.linalg.eigh(gram)[1]
+    else:
+        try:
+            v = torch.linalg.eigh(gram.float())[1].double()
+        except torch.linalg.LinAlgError:  # float32 LAPACK gives up on a rank-deficient W (disjoint_support_xavier)
+            v = torch.linalg.eigh(gram)[1]
+        for _ in range(REFINE_STEPS):
+            v = _refine(gram, v)
+    v = v.flip(-1)  # eigh is ascending
+    return torch.linalg.vector_norm(w @ v, dim=-2), v
+
+
+def clamp_spectrum(w: Tensor, sigma0: Tensor, method: str = "eigh", device: str | torch.device | None = None
+                   ) -> Tensor:
+    """U·diag(σ⁽⁰⁾)·Vᵀ for W = U·diag(σ)·Vᵀ, for a batch: w [..., D, D] (any float dtype), sigma0
+    [..., D] descending → [..., D, D] float64 on w's device. One decomposition call for the whole
+    batch, in float64 on ``device`` (None: w's device). A matrix with a non-finite entry comes
+    back as it is (its run is diverged; the loop marks it at its next check).
+
+    ``svd``: the SVD of W (the clamp before issue 31). ``eigh``: WᵀW = V·diag(σ²)·Vᵀ, then
+    U·diag(σ⁽⁰⁾)·Vᵀ = W·V·diag(σ⁽⁰⁾/σ)·Vᵀ (half an SVD's work on the CPU; U needs no sign
+    pairing; σᵢ = ‖W·vᵢ‖). ``refine``: the same from a float32 eigh refined by ``REFINE_STEPS`` float64
+    Ogita–Aishima steps (matrix products: a GPU runs them batched, where cuSOLVER loops over
+    256×256 matrices one solver call each)."""
+    if method not in METHODS:
+        raise ValueError(f"k_spectrum_clamp: unknown method {method!r}; valid: {', '.join(METHODS)}")
+    home = w.device
+    w64 = w.detach().to(device=device or home, dtype=torch.float64)
+    sigma0 = sigma0.to(device=w64.device, dtype=torch.float64)
+    finite = torch.isfinite(w64).flatten(-2).all(-1)[..., None, None]  # (..., 1, 1)
+    w64 = torch.where(finite, w64, 0.0)
+    if method == "svd":
+        u, _, vh = torch.linalg.svd(w64, full_matrices=False)
+        clamped = (u * sigma0[..., None, :]) @ vh
+    else:
+        sigma, v = _right_vectors(w64, method)
+        scale = torch.where(sigma > 0, sigma0 / torch.where(sigma > 0, sigma, 1.0), 0.0)
+        clamped = w64 @ (v * scale[..., None, :]) @ v.mT
+    return torch.where(finite, clamped, w.detach().to(clamped)).to(home)
+
 
 @register
 @dataclass
@@ -18,9 +97,10 @@ class KSpectrumClamp(Intervention):
     """Keep W_K's initial singular values: after every step W_K ← U·diag(σ⁽⁰⁾)·Vᵀ.
 
     σ⁽⁰⁾ is recorded per layer in ``setup`` (at initialisation); U, V come from
-    the SVD of the current W_K, so the singular vectors are learned while the
-    spectrum stays fixed. The SVD runs in float64 and the result is cast back;
-    b_K is not touched. σ⁽⁰⁾ travels in the checkpoint. No strength.
+    the current W_K, so the singular vectors are learned while the spectrum
+    stays fixed. The decomposition runs in float64 (``clamp_spectrum``: one call
+    for all layers, all members in a pack) and the result is cast back; b_K is
+    not touched. σ⁽⁰⁾ travels in the checkpoint. No strength.
     Predicted vs ``none``: attention entropy ↑, logit_std ↓, qk_erank ↑.
     """
 
@@ -28,6 +108,10 @@ class KSpectrumClamp(Intervention):
     pack_aware: ClassVar[bool] = True
     graph_safe: ClassVar[bool] = True
     predicted: ClassVar[dict[str, int]] = {"attn_entropy": +1, "logit_std": -1, "qk_erank": +1}
+    #: how ``clamp_spectrum`` decomposes (``METHODS``); the same values, another cost
+    method: ClassVar[str] = "eigh"
+    #: where: None = the weights' device, or "cpu" (one copy there and back per step)
+    decomp_device: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -47,8 +131,7 @@ class KSpectrumClamp(Intervention):
         if self.sigma0 is None:
             raise RuntimeError("k_spectrum_clamp: after_step called before setup(model)")
         weights = self._weights(model)
-        u, _, vh = torch.linalg.svd(torch.stack(weights).double(), full_matrices=False)  # batched over L
-        clamped = (u * self.sigma0[:, None, :]) @ vh  # U·diag(σ⁽⁰⁾)·Vᵀ, (L, D, D)
+        clamped = clamp_spectrum(torch.stack(weights), self.sigma0, self.method, self.decomp_device)  # (L, D, D)
         for w, new in zip(weights, clamped, strict=True):
             w.copy_(new)  # cast back to the parameter's dtype
 
@@ -56,16 +139,13 @@ class KSpectrumClamp(Intervention):
     @torch.no_grad()
     def after_step_packed(cls, members: Sequence[Intervention], params: dict[str, Tensor],
                           models: Sequence[nn.Module]) -> None:
-        """The clamp for K members at once: one SVD of [K, L, D, D]. A member whose W_K is
-        non-finite is left as it is (its loss is non-finite too: it will be marked diverged)."""
+        """The clamp for K members at once: one decomposition call for [K, L, D, D]. A member whose
+        W_K is non-finite is left as it is (its loss is non-finite too: it will be marked diverged)."""
         if any(iv.sigma0 is None for iv in members):
             raise RuntimeError("k_spectrum_clamp: after_step_packed called before setup(model)")
         stacked = [params[f"blocks.{layer}.attn.k_proj.weight"] for layer in range(len(models[0].blocks))]
-        w = torch.stack(stacked, dim=1).double()  # (K, L, D, D)
         sigma0 = torch.stack([iv.sigma0 for iv in members])  # (K, L, D)
-        finite = torch.isfinite(w).flatten(1).all(dim=1)[:, None, None, None]  # (K, 1, 1, 1)
-        u, _, vh = torch.linalg.svd(torch.where(finite, w, 0.0), full_matrices=False)
-        clamped = torch.where(finite, (u * sigma0[..., None, :]) @ vh, w)  # U·diag(σ⁽⁰⁾)·Vᵀ
+        clamped = clamp_spectrum(torch.stack(stacked, dim=1), sigma0, cls.method, cls.decomp_device)  # (K, L, D, D)
         for layer, weight in enumerate(stacked):
             weight.copy_(clamped[:, layer])
 

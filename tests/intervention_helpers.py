@@ -83,3 +83,33 @@ def none_run() -> tuple[dict[str, torch.Tensor], EpochReport]:
     """The matched ``none`` run (same seed and init): final parameters and final report."""
     trainer, reports = train(Intervention())
     return params(trainer), reports[-1]
+
+
+class OldKSpectrumClamp(Intervention):
+    """The k_spectrum_clamp as it was before issue 31 (one float64 SVD per layer batch), kept verbatim
+    as the reference of the batched clamp (test_interventions_spectrum.py). Not registered."""
+
+    name = "k_spectrum_clamp"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.sigma0: torch.Tensor | None = None
+
+    @staticmethod
+    def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
+        return [block.attn.k_proj.weight for block in model.blocks]
+
+    @torch.no_grad()
+    def setup(self, model: torch.nn.Module) -> None:
+        w = torch.stack(self._weights(model)).double()  # (L, D, D)
+        self.sigma0 = torch.linalg.svdvals(w)  # (L, D), descending
+
+    @torch.no_grad()
+    def after_step(self, model: torch.nn.Module) -> None:
+        if self.sigma0 is None:
+            raise RuntimeError("k_spectrum_clamp: after_step called before setup(model)")
+        weights = self._weights(model)
+        u, _, vh = torch.linalg.svd(torch.stack(weights).double(), full_matrices=False)  # batched over L
+        clamped = (u * self.sigma0[:, None, :]) @ vh  # U·diag(σ⁽⁰⁾)·Vᵀ, (L, D, D)
+        for w, new in zip(weights, clamped, strict=True):
+            w.copy_(new)  # cast back to the parameter's dtype

@@ -158,12 +158,62 @@ def test_sweep_overhead_tiny(tmp_path: Path, ray_cluster) -> None:
 
 def test_gpu_script_dry_run_without_cuda(gpu_dry_run) -> None:
     out, proc = gpu_dry_run
-    stdout, stderr = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, stdout + stderr
     if "no CUDA" in stdout:
         result = json.loads((out / "gpu_results.json").read_text())
         assert result["cuda"] is False and result["measured"] is False
     assert not list(out.glob("ray_tmp/**/session_*"))
+    # the plan: every item's need and budget printed, the call's budget derived from them
+    plan = json.loads((out / "plan.json").read_text())
+    assert set(plan["order"]) == {"throughput", "clamp", "probe", "equivalence", "sweep"}
+    assert all(plan["ops_per_step"][k] > 100 for k in ("1", "12", "36"))  # counted here, not the fallback
+    for name, item in plan["items"].items():
+        assert item["budget_s"] > item["need_s"] > 0 and f"  {name} " in stdout, name
+    assert "budget 470s; sections: throughput clamp probe equivalence sweep" in stdout
+    assert "compile                  throughput" in stdout and "(only with that much time left)" in stdout
+
+
+def test_gpu_plan_budgets_fit_a_call_and_throughput_fits_four_minutes() -> None:
+    from bench import gpu_packing, gpu_plan
+
+    plan = gpu_plan.plan(dict(gpu_plan.OPS_FALLBACK))
+    assert set(gpu_packing.GROUPS) <= set(plan["items"]) and plan["items"]["compile"]["optional"]
+    assert gpu_plan.call_budget(plan, ["throughput"]) <= gpu_plan.THROUGHPUT_ALONE_S == 240
+    assert plan["total_s"] + gpu_plan.OVERHEAD_S <= gpu_plan.BUDGET_S  # the non-optional items of a whole call
+    assert gpu_plan.call_budget(plan, ["sweep"]) >= plan["items"]["sweep"]["need_s"]  # asked alone, it can run
+    # a need grows with what an item runs: a clamp step adds K·L decompositions
+    ops = dict(gpu_plan.OPS_FALLBACK)
+    assert gpu_plan.step_s(12, ops, True, clamp=True) > gpu_plan.step_s(12, ops, True) + 12 * 6 * 4e-3
+
+
+def test_gpu_script_runs_a_section_and_skips_what_does_not_fit(tmp_path: Path) -> None:
+    """CPU_CHECK=1 (tiny sizes on the CPU): the clamp section runs under its budget; the sweep, optional,
+    needs more than is left and says so; the report gives each section's budget and actual seconds."""
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "CPU_CHECK": "1", "BUDGET_S": "100",
+           "RAY_TMPDIR": str(tmp_path / "ray_tmp"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "clamp", "sweep"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    timings = [json.loads(line) for line in (tmp_path / "timings.jsonl").read_text().splitlines()]
+    assert [(t["item"], t["rc"]) for t in timings] == [("clamp", 0), ("sweep", None)]
+    assert timings[1]["status"].startswith("skipped: needs")
+    assert "skip sweep: it needs about" in proc.stdout and "s left in this call (to run it: BUDGET_S=" in proc.stdout
+    result = json.loads((tmp_path / "gpu_results.json").read_text())
+    assert any(line.startswith("section clamp: ran ") for line in result["targets"]["time"])
+    assert "k_spectrum_clamp's decomposition, depth 2, unpacked" in proc.stdout
+    assert not list(tmp_path.glob("ray_tmp/**/session_*"))
+
+
+def test_clamp_cost_tiny() -> None:
+    from bench import clamp_cost
+
+    out = clamp_cost.main(["--tiny", "--ks", "1,2", "--depths", "1", "--rounds", "1"])
+    assert [(r["k"], len(r["rows"])) for r in out["results"]] == [(1, 3), (2, 3)]
+    for r in out["results"]:
+        assert r["none_step_s"] > 0
+        for row in r["rows"]:
+            assert row["x_none_step"] > 0 and row["step_with_clamp"] > 1 and row["max_abs_vs_svd"] < 1e-8
 
 
 def test_gpu_report_tables_every_section_on_the_cpu(tmp_path: Path, capsys) -> None:
@@ -173,17 +223,32 @@ def test_gpu_report_tables_every_section_on_the_cpu(tmp_path: Path, capsys) -> N
 
     for name in ("unpacked", "unpacked_graphs", "pack12_graphs"):
         assert gpu_packing.run_variant(name, tmp_path, "cpu", True, 0.01) == 0
+    (tmp_path / "timings.jsonl").write_text(
+        '{"item": "unpacked", "section": "throughput", "budget_s": 43, "ran_s": 19, "rc": 0, "status": "ok"}\n'
+        '{"item": "compile", "section": "throughput", "budget_s": 149, "ran_s": 0, "rc": null, '
+        '"status": "skipped: needs 108s, 30s left"}\n'
+        '{"item": "probe", "section": "probe", "budget_s": 46, "ran_s": 46, "rc": 124, "status": "timed out after 46s"}\n')
+    (tmp_path / "clamp.json").write_text(json.dumps({"results": [
+        {"k": 12, "depth": 8, "none_step_s": 0.02, "fastest": "eigh@cpu", "fastest_step_with_clamp": 3.5,
+         "rows": [{"clamp": "eigh@cuda", "x_none_step": 4.0}, {"clamp": "eigh@cpu", "x_none_step": 2.5}]}]}))
     eq = pack_equivalence.main(["--size", "tiny", "--k", "2", "--depth", "1", "--steps", "2",
                                 "--json", str(tmp_path / "equivalence-off.json")])
     assert eq["held"], eq["worst"]  # CPU float32: the pack is far inside the backend noise
-    (tmp_path / "probe.json").write_text(json.dumps({"ratio": 3.5, "decomp_device": "cpu", "worst_depth": 8}))
+    (tmp_path / "probe.json").write_text(json.dumps({"ratio": 3.5, "decomp_device": "cuda:0", "worst_depth": 8,
+                                                     "results": [{"depth": 8, "auto_decomp_device": "cpu"}]}))
     result = gpu_bench.main(["--report", "--out", str(tmp_path)])
     printed = capsys.readouterr().out
     saved = json.loads((tmp_path / "gpu_results.json").read_text())
     assert saved["targets"].keys() == result["targets"].keys()
     assert set(saved["throughput"]["variants"]) == {"unpacked", "unpacked_graphs", "pack12_graphs"}
     assert "unpacked with graphs ≥ 3× eager" in printed and "paper grid ≤ 2 h" in printed
-    assert "probe + validation at depth 8: 3.50 training steps" in printed and "target ≤ 5: met" in printed
+    assert "probe + validation at depth 8: 3.50 training steps (decompositions on cpu, chosen at the probe's " \
+        "shapes)" in printed and "target ≤ 5: met" in printed
+    assert "k_spectrum_clamp's decomposition, depth 8, pack of 12, × the none step (20.0 ms): eigh@cuda 4.00×, " \
+        "eigh@cpu 2.50×; fastest eigh@cpu (clamped step 3.50×)" in printed
+    assert "section throughput: ran 19 s of 43 s budgeted: unpacked 19/43 s (ok), compile 0/149 s (skipped: " \
+        "needs 108s, 30s left)" in printed
+    assert "section probe: ran 46 s of 46 s budgeted: probe 46/46 s (timed out after 46s)" in printed
     assert "pack vs unpacked, cpu amp off, K = 2" in printed and "standard holds" in printed
     assert "pack vs unpacked, amp bf16: not measured" in printed and "sweep twice: not measured" in printed
 
@@ -211,10 +276,17 @@ def test_gpu_packing_variants_and_projection_on_the_cpu(tmp_path: Path, capsys) 
     per_epoch, baseline, interventions = gpu_packing.paper_grid_steps()
     assert per_epoch == 4394 and baseline + interventions == 9_095_580  # issue 23: ≈ 9.1M steps
     assert gpu_packing.projected_hours(1000.0) == pytest.approx((baseline + interventions * 8 / 6) / 1000 / 3600)
-    for name in ("unpacked", "pack12"):
+    for name in ("unpacked", "pack12", "pack12_graphs", "pack12_clamp"):
         assert gpu_packing.run_variant(name, tmp_path, "cpu", True, 0.01) == 0
+    assert gpu_packing.run_group("busy", tmp_path, "cpu", True, 0.01) == 0  # its own file, its own process in gpu.sh
     result = gpu_packing.summary(tmp_path)
     printed = capsys.readouterr().out
+    clamp = result["variants"]["pack12_clamp"]
+    assert clamp["condition"] == "k_spectrum_clamp" and clamp["x_none_step"] > 0 and clamp["clamp"]["method"] == "eigh"
+    assert "k_spectrum_clamp in a pack of 12: its step" in printed and "× the pack12_graphs (none) step" in printed
+    busy = json.loads((tmp_path / "packing" / "busy.json").read_text())
+    assert all(0 < busy[n]["gpu_busy"] for n in ("unpacked", "unpacked_graphs")), busy
+    assert result["busy"] == busy and "before the graph was recorded" in busy["method"]
     pack = result["variants"]["pack12"]
     assert pack["k"] == 12 and pack["tokens_per_s"] > 0 and math.isfinite(pack["projected_paper_grid_h"])
     assert pack["graph_status"] == "off: graphs=False"
