@@ -71,6 +71,9 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
                    "resources allow)")
     g.add_argument("--max-failures", type=int, default=3,
                    help="retries of a failed trial from its checkpoint; -1 = retry forever")
+    g.add_argument("--retry-deterministic", action="store_true",
+                   help="retry a trial even when its attempt fails with the same error as the attempt before "
+                   "(default: not retried again: an error in the code repeats; see sweep/failfast.py)")
     g.add_argument("--checkpoint-every", type=int, default=1, help="epochs between Tune checkpoints (>= 1)")
     g.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     g.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance, >= 1 (default: all)")
@@ -103,6 +106,8 @@ class SweepSettings:
     plugins: Plugins = Plugins()  # --plugin modules: every trial imports them first
     trackers: tuple[str, ...] = ()  # --tracker: experiment trackers every run is logged to, live
     tracker_dir: str | None = None  # --tracker-dir: their local files (None: beside a local store)
+    retry_deterministic: bool = False  # --retry-deterministic: retry an error that repeats (no fail-fast)
+    name_given: bool = True  # --name was given (it wins over MLFLOW_EXPERIMENT_NAME / WANDB_RUN_GROUP)
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
@@ -124,7 +129,7 @@ def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSett
     return SweepSettings(name, trial, args.address, args.num_cpus, args.max_concurrent, args.max_failures,
                          args.resume, args.num_gpus, pack_request("--pack", args.pack), args.dry_run,
                          fault_from_args(args, name), Plugins.from_args(args), trackers_from_args(args),
-                         args.tracker_dir)
+                         args.tracker_dir, args.retry_deterministic, args.name is not None)
 
 
 def prepare_corpus(preset: Preset) -> Corpus:
@@ -273,6 +278,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
         if any(p.size > 1 for p in packs) and not restorable:
             print(f"[{name}] {len(cells)} runs packed into {len(packs)} trials "
                   f"(--pack {settings.pack}; --dry-run lists the members)")
+        from sweep.failfast import FailFast
         from sweep.trackers.live import Follower, StoreFollower, following
         from sweep.trial import train_cell
 
@@ -310,7 +316,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                     failure_config=tune.FailureConfig(max_failures=settings.max_failures),
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                     # sends each trial's stored rows to --tracker's trackers (none: does nothing)
-                    callbacks=[StoreFollower()],
+                    callbacks=[StoreFollower(), FailFast(f"[{name}] ", not settings.retry_deterministic)],
                 ),
             )
         record_runs(store, name, configs, corpus.vocab_size)
@@ -325,6 +331,10 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
         summary = summarize(results)
         print_summary(name, summary, wall, store_uri, path, trials=len(results))
         print_efficiency(name, summary, wall, cores)
+        errored = int((summary["status"] == "error").sum())
+        if errored:
+            print(f"[{name}] {errored} of {len(summary)} runs ended in error (the tracebacks above); the other "
+                  "runs' rows are in the store; the command exits 1", flush=True)
         if sender:
             print_trackers(name, sender, len(summary))
         return summary
@@ -333,6 +343,13 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
             sender.stop()
         if started:
             ray.shutdown()
+
+
+def exit_status(summary: pd.DataFrame | None) -> int:
+    """A sweep command's exit status: 1 when a run ended in error (a lost run), else 0."""
+    if summary is None or "status" not in summary:
+        return 0
+    return int(bool((summary["status"] == "error").any()))
 
 
 def summarize(results) -> pd.DataFrame:

@@ -27,6 +27,7 @@ from ray import tune
 from interventions import make_intervention
 from model.corpus import Corpus
 from model.train import EpochReport, Trainer
+from sweep.failfast import report_attempt_error
 from sweep.faults import FaultInjection, fault_from_config
 from sweep.spec import RunIdentity, TrialSpec, decode, plugins_of
 from sweep.store import Store
@@ -97,11 +98,15 @@ def restore(trainer: Any) -> int:
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
         return -1
-    with checkpoint.as_directory() as d:
-        state = load_state(Path(d) / STATE_FILE)
-        if state == INITIAL:
-            return 0
-        trainer.load_state_dict(state)
+    try:
+        with checkpoint.as_directory() as d:
+            state = load_state(Path(d) / STATE_FILE)
+            if state == INITIAL:
+                return 0
+            trainer.load_state_dict(state)
+    except Exception as exc:  # an unloadable checkpoint: Tune's retries, never fail-fast (sweep.failfast)
+        exc.qkgeom_checkpoint = True  # type: ignore[attr-defined]
+        raise
     return trainer.epoch
 
 
@@ -153,7 +158,19 @@ def _warm_cuda() -> None:
 
 
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
-    """Tune function trainable. ``config``: ``TrialSpec.to_config()`` (and, in crash tests, ``fault``)."""
+    """Tune function trainable. ``config``: ``TrialSpec.to_config()`` (and, in crash tests, ``fault``).
+
+    An attempt that raises reports its error's signature first (``sweep.failfast``), so that the driver
+    stops retrying an error that repeats; an unloadable checkpoint is left to Tune's retries."""
+    try:
+        _train_cell(config, corpus)
+    except Exception as exc:
+        if not getattr(exc, "qkgeom_checkpoint", False):  # set by ``restore``
+            report_attempt_error(exc)
+        raise
+
+
+def _train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     clock = StartClock()
     _warm_cuda()
     plugins_of(config).load()  # before the spec's names meet the registries
