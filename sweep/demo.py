@@ -140,14 +140,14 @@ def _main(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         errored = exit_status(run_sweep(baseline, SweepSettings(
             f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins, trackers=trackers,
-            tracker_dir=args.tracker_dir)))
+            tracker_dir=args.tracker_dir, name_given=False)))
         measured["baseline"] = time.perf_counter() - t
         print(f"\n== 2/4 interventions ({preset} preset, {len(interventions.seeds)} seeds) · {_elapsed(t0)} ==",
               flush=True)
         t = time.perf_counter()
         errored |= exit_status(run_sweep(interventions, SweepSettings(
             f"interventions-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins,
-            trackers=trackers, tracker_dir=args.tracker_dir)))
+            trackers=trackers, tracker_dir=args.tracker_dir, name_given=False)))
         measured["interventions"] = time.perf_counter() - t
         if args.dry_run:
             print("\n== 3/4 checkpoint extension and 4/4 report: not run (dry run) ==")
@@ -163,7 +163,7 @@ def _main(args: argparse.Namespace) -> int:
         if started:
             ray.shutdown()
     print(f"\n== 4/4 report (preset {preset} only) · {_elapsed(t0)} ==", flush=True)
-    write_report(args.store, out, preset=preset)
+    write_report(args.store, out, preset=preset, trackers=trackers, tracker_dir=args.tracker_dir)
     measured["rest"] = time.perf_counter() - t
     total = time.perf_counter() - t0
     print(f"\n{'quick demo' if preset == 'quick' else 'demo' if preset == 'demo' else 'paper-depths demo'} "

@@ -47,10 +47,11 @@ from sweep.spec import (
     decode,
     runs_of,
 )
-from sweep.store import Store, StoreError, sweep_lock
+from sweep.store import Store, StoreError, store_id, sweep_lock
 from sweep.trackers import (
     add_tracker_flags,
     check_trackers,
+    export_command,
     make_trackers,
     tracker_folder,
     trackers_from_args,
@@ -262,15 +263,17 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
 
     import ray
 
-    sender = None
+    live = None
     started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
     try:
-        if settings.trackers:  # reached now: an unreachable one costs a line here, not the sweep
-            from sweep.trackers.sender import Sender
+        if settings.trackers:  # reached on their own threads: a hung one costs at most a line here
+            from sweep.trackers.live import Live
 
-            sender = Sender(make_trackers(settings.trackers, tracker_folder(settings.tracker_dir, store_uri)),
-                            prefix=f"[{name}] ")
-            sender.start()
+            trackers = make_trackers(settings.trackers, tracker_folder(settings.tracker_dir, store_uri),
+                                     folder_given=settings.tracker_dir is not None,
+                                     name_given=settings.name_given)
+            live = Live(store, trackers, store_id(store), prefix=f"[{name}] ")
+            live.started()
         gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())  # the joined cluster's nodes
         packs, notes = plan_packs(cells, settings.pack, ray.cluster_resources().get("GPU", 0.0))
         for note in notes:
@@ -279,7 +282,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
             print(f"[{name}] {len(cells)} runs packed into {len(packs)} trials "
                   f"(--pack {settings.pack}; --dry-run lists the members)")
         from sweep.failfast import FailFast
-        from sweep.trackers.live import Follower, StoreFollower, following
+        from sweep.trackers.live import StoreFollower, following
         from sweep.trial import train_cell
 
         options = replace(trial, store=store_uri, storage=storage,
@@ -320,14 +323,13 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                 ),
             )
         record_runs(store, name, configs, corpus.vocab_size)
-        follower = Follower(store, sender) if sender else None
         cores = ray.cluster_resources().get("CPU", 0.0)
         t0 = time.perf_counter()
-        with sweep_lock(store, name), following(follower):
+        with sweep_lock(store, name), following(live):
             results = tuner.fit()
         wall = time.perf_counter() - t0
-        if follower:  # what no callback sent (trials finished before a resume, a failed read)
-            follower.finish([r.config for r in results])
+        if live:  # what no callback sent (trials finished before a resume, a failed read); then close
+            live.finish([r.config for r in results])
         summary = summarize(results)
         print_summary(name, summary, wall, store_uri, path, trials=len(results))
         print_efficiency(name, summary, wall, cores)
@@ -335,12 +337,11 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
         if errored:
             print(f"[{name}] {errored} of {len(summary)} runs ended in error (the tracebacks above); the other "
                   "runs' rows are in the store; the command exits 1", flush=True)
-        if sender:
-            print_trackers(name, sender, len(summary))
+        if live:
+            print_trackers(name, live, len(summary), export_command(trial.store, settings.trackers,
+                                                                  settings.tracker_dir))
         return summary
     finally:
-        if sender:
-            sender.stop()
         if started:
             ray.shutdown()
 
@@ -391,10 +392,15 @@ def print_efficiency(name: str, summary: pd.DataFrame, wall: float, cores: float
           "checkpoints, trial start, Ray, other programs)", flush=True)
 
 
-def print_trackers(name: str, sender, runs: int) -> None:
-    """One line per tracker that took the sweep: where its runs are (the command that opens or syncs them)."""
-    for tracker in sender.trackers:
-        if tracker.name not in sender.dead:
+def print_trackers(name: str, live, runs: int, export: str) -> None:
+    """One line per tracker: where its runs are (the command that opens or syncs them), or that it
+    failed, why, and the ``sweep.store export`` command that sends what it missed."""
+    failed = live.failed()
+    for tracker in live.trackers:
+        if tracker.name in failed:
+            print(f"{tracker.name + ':':<12} FAILED ({failed[tracker.name]}): the runs are in the store; "
+                  f"send what it missed with: {export}")
+        else:
             print(f"{tracker.name + ':':<12} {runs} runs, experiment {name}: {tracker.where()}")
     sys.stdout.flush()
 

@@ -17,6 +17,7 @@ import pickle
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,7 @@ def write_rows(store: Store, run: RunIdentity, report: EpochReport) -> None:
     identity = run.row()
     if report.layers:
         store.write_layers([{**identity, "epoch": report.epoch, **row} for row in report.layers])
-    store.write_epoch({**identity, "epoch": report.epoch, **report.run})
+    store.write_epoch({**identity, "epoch": report.epoch, **report.run, "time": datetime.now(UTC)})
 
 
 def report_to_tune(trainer: Any, metrics: dict[str, Any], checkpoint: bool) -> None:
