@@ -192,6 +192,7 @@ def test_the_report_reaches_one_sweep_level_run(offline, tmp_path):
                            {"preset": "tiny", "claim": "c2", "verdict": "not measured", "n": 0},
                            {"preset": "other", "claim": "c3", "verdict": "reproduced", "n": 2}]}
     folder = tmp_path / "trackers"
+    assert export(tmp_path / "store", folder) == 0
     lines: list[str] = []
     assert attach_report(str(tmp_path / "store"), report, stats, ("mlflow", "wandb"), folder, say=lines.append) == {}
     runs = mlflow_runs(folder / "mlflow.db", "shared")
@@ -204,7 +205,25 @@ def test_the_report_reaches_one_sweep_level_run(offline, tmp_path):
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/report.md", "report/figures"} <= names
     assert "scorecard.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
-    (wid,) = wandb_dirs(folder)
+    (wid,) = set(wandb_dirs(folder)) - {run_wandb_id(RunInfo.of(r, parent.data.tags[STORE_TAG]))
+                                         for r in Store(str(tmp_path / "store")).scan("runs").table.to_pylist()}
     held = offline_records(folder, wid)
     assert (held["job_type"], held["group"], held["name"]) == ("report", "shared", "shared-report")
     assert len(lines) == 2 and all("attached" in ln for ln in lines), lines
+
+
+def test_the_printed_mlflow_ui_command_works_as_printed_or_installs_what_it_needs(monkeypatch, tmp_path):
+    import importlib.util
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (mlflow,) = make_trackers(("mlflow",), tmp_path)
+    real = importlib.util.find_spec
+    uri = f"sqlite:///{(tmp_path / 'mlflow.db').resolve()}"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "aiohttp" else real(name, *a))
+    if all(real(m) is not None for m in ("uvicorn", "fastapi", "flask")):
+        assert mlflow.where() == f"mlflow ui --backend-store-uri {uri}"  # the full package: as is
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "aiohttp" else real(name, *a))
+    import mlflow as package
+
+    assert mlflow.where() == (f"python -m venv /tmp/mlflow-ui && /tmp/mlflow-ui/bin/pip install -q "
+                              f"'mlflow=={package.__version__}' && /tmp/mlflow-ui/bin/mlflow ui --backend-store-uri {uri}")

@@ -43,7 +43,8 @@ from sweep.trackers.base import (
 #: MLflow's HTTP retry settings used unless the environment sets them.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-#: What ``mlflow ui`` needs beyond mlflow-skinny (its workers die without them).
+#: What ``mlflow ui`` needs beyond mlflow-skinny (its workers die without aiohttp): without them the
+#: printed command installs the full mlflow in a venv of its own first.
 UI_MODULES = ("aiohttp", "uvicorn", "fastapi", "flask")
 #: The tag of a sweep-level run (the parent of a sweep's runs): the sweep's name.
 SWEEP_TAG = "qkgeom.sweep_run"
@@ -239,5 +240,7 @@ class MlflowTracker(Tracker):
             return command
         import mlflow
 
-        return (f"{command}   (first: pip install 'mlflow=={mlflow.__version__}': the UI needs the full package, "
-                f"this one lacks {', '.join(missing)})")
+        # the full package's UI in a venv of its own (it pins pyarrow below the project's): one line that works
+        ui = "/tmp/mlflow-ui"
+        return (f"python -m venv {ui} && {ui}/bin/pip install -q 'mlflow=={mlflow.__version__}' && "
+                f"{ui}/bin/{command}")
