@@ -14,7 +14,8 @@ The callback only queues (the store reads and the tracker calls run on the threa
 hung server delays no trial and no other tracker. ``Live.started`` waits at most
 ``START_WAIT_S`` for the trackers to be reached (a remote one not reached by then costs one
 line, and the sweep starts); ``Live.finish`` waits for what is queued while each channel makes
-progress, and gives up on one whose call has hung ``STALL_S``: the closing summary names it with
+progress, and gives up on one whose call has hung ``STALL_S`` (at once on one that has not answered
+since the start): the closing summary names it with
 the ``python -m sweep.store export`` command that sends what it missed.
 
 Tune pickles its callbacks into the experiment state. ``StoreFollower`` pickles without its state
@@ -118,6 +119,7 @@ class Channel:
         self.jobs: queue.Queue = queue.Queue()
         self.busy_since: float | None = None  # monotonic start of the call running now
         self.stalled = False  # given up at the end (``Live.finish``)
+        self.reached = threading.Event()  # the tracker's start returned (reached, or failed)
         self.thread = threading.Thread(target=self._loop, name=f"tracker-{tracker.name}", daemon=True)
         self.thread.start()
 
@@ -161,7 +163,14 @@ class Live:
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.channels = [Channel(store, t, store_id, prefix, self.say) for t in trackers]
         for c in self.channels:
-            c.submit(c.sender.start)
+            c.submit(self._start, c)
+
+    @staticmethod
+    def _start(c: Channel) -> None:
+        try:
+            c.sender.start()
+        finally:
+            c.reached.set()
 
     def started(self, wait_s: float = START_WAIT_S) -> None:
         """Give the trackers up to ``wait_s`` (together) to be reached; a remote one not reached yet
@@ -190,7 +199,9 @@ class Live:
             c.submit(c.follower.finish, configs)
             c.submit(c.sender.stop)
         for c in self.channels:
-            if not c.wait(stall_s=stall_s):
+            if c.tracker.name in c.sender.announced and not c.reached.is_set():
+                c.stalled = True  # no answer since the start, a whole sweep ago: not waited for again
+            elif not c.wait(stall_s=stall_s):
                 c.stalled = True
 
     def failed(self) -> dict[str, str]:
