@@ -342,6 +342,8 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                                                                   settings.tracker_dir))
         return summary
     finally:
+        if live:  # an error or an interrupt before ``finish``: close the trackers anyway
+            live.close()
         if started:
             ray.shutdown()
 

@@ -162,6 +162,7 @@ class Live:
         self.prefix = prefix
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.channels = [Channel(store, t, store_id, prefix, self.say) for t in trackers]
+        self.finishing = False  # ``finish`` or ``close`` ran: the trackers are being closed
         for c in self.channels:
             c.submit(self._start, c)
 
@@ -195,6 +196,7 @@ class Live:
     def finish(self, configs: Iterable[Mapping[str, Any]], stall_s: float = STALL_S) -> None:
         """Send what is missing, close the trackers, and wait while each makes progress."""
         configs = list(configs)
+        self.finishing = True
         for c in self.channels:
             c.submit(c.follower.finish, configs)
             c.submit(c.sender.stop)
@@ -203,6 +205,17 @@ class Live:
                 c.stalled = True  # no answer since the start, a whole sweep ago: not waited for again
             elif not c.wait(stall_s=stall_s):
                 c.stalled = True
+
+    def close(self, stall_s: float = 5.0) -> None:
+        """On the way out of a sweep that did not reach ``finish`` (an error, an interrupt): close the
+        trackers (W&B's service process), waiting at most ``stall_s`` on each."""
+        if self.finishing:
+            return
+        self.finishing = True
+        for c in self.channels:
+            if c.reached.is_set():
+                c.submit(c.sender.stop)
+                c.wait(timeout=stall_s)
 
     def failed(self) -> dict[str, str]:
         """Tracker name -> why it missed runs (an error, or no answer)."""
