@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from sweep.spec import RunIdentity
-from sweep.store import Store
+from sweep.store import Store, store_id
 from sweep.trackers import check_trackers, make_trackers
 from sweep.trackers.live import Follower
 from sweep.trackers.sender import Sender
@@ -35,7 +35,7 @@ def measure(store: Store, names: list[str]) -> None:
     sender = Sender(make_trackers(names, Path(tempfile.mkdtemp())), say=print)
     sender.start()
     started = time.perf_counter() - t
-    follower = Follower(store, sender)
+    follower = Follower(store, sender, store_id(store))
     for row in runs:
         identity = RunIdentity(**{k: row[k] for k in ("sweep", "run_id", "preset", "init", "depth", "seed",
                                                       "condition", "strengths")})

@@ -24,6 +24,7 @@ training. Steps 1–3 share one local Ray instance; outputs land under ``runs/``
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -49,7 +50,7 @@ from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
 from sweep.progress import format_duration
 from sweep.ray_env import init_ray
 from sweep.report import output_target, write_report
-from sweep.runner import SweepSettings, prepare_corpus, run_sweep
+from sweep.runner import SweepSettings, exit_status, prepare_corpus, run_sweep
 from sweep.trackers import add_tracker_flags, check_trackers, trackers_from_args
 
 PROG = "python -m sweep.demo"
@@ -80,12 +81,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the four steps; a bad value ends it with one line and exit status 2, before Ray starts."""
-    run_cli(PROG, argv, _parse, _main)
+def main(argv: list[str] | None = None) -> int:
+    """Run the four steps; a bad value ends it with one line and exit status 2, before Ray starts.
+    Returns the exit status: 1 when a sweep ended with a run in error (the other steps still run)."""
+    return run_cli(PROG, argv, _parse, _main)
 
 
-def _main(args: argparse.Namespace) -> None:
+def _main(args: argparse.Namespace) -> int:
     import ray
 
     local_ray_sizes(args.address, args.num_cpus)
@@ -136,19 +138,20 @@ def _main(args: argparse.Namespace) -> None:
         measured: dict[str, float] = {}
         print(f"\n== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
         t = time.perf_counter()
-        run_sweep(baseline, SweepSettings(f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run,
-                                          plugins=plugins, trackers=trackers, tracker_dir=args.tracker_dir))
+        errored = exit_status(run_sweep(baseline, SweepSettings(
+            f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins, trackers=trackers,
+            tracker_dir=args.tracker_dir, name_given=False)))
         measured["baseline"] = time.perf_counter() - t
         print(f"\n== 2/4 interventions ({preset} preset, {len(interventions.seeds)} seeds) · {_elapsed(t0)} ==",
               flush=True)
         t = time.perf_counter()
-        run_sweep(interventions, SweepSettings(f"interventions-{preset}", trial, pack=pack,
-                                               dry_run=args.dry_run, plugins=plugins, trackers=trackers,
-                                               tracker_dir=args.tracker_dir))
+        errored |= exit_status(run_sweep(interventions, SweepSettings(
+            f"interventions-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins,
+            trackers=trackers, tracker_dir=args.tracker_dir, name_given=False)))
         measured["interventions"] = time.perf_counter() - t
         if args.dry_run:
             print("\n== 3/4 checkpoint extension and 4/4 report: not run (dry run) ==")
-            return
+            return 0
         print(f"\n== 3/4 checkpoint extension (tiny local series) · {_elapsed(t0)} ==", flush=True)
         t = time.perf_counter()
         manifest = tiny / "manifest.json"
@@ -160,7 +163,7 @@ def _main(args: argparse.Namespace) -> None:
         if started:
             ray.shutdown()
     print(f"\n== 4/4 report (preset {preset} only) · {_elapsed(t0)} ==", flush=True)
-    write_report(args.store, out, preset=preset)
+    write_report(args.store, out, preset=preset, trackers=trackers, tracker_dir=args.tracker_dir)
     measured["rest"] = time.perf_counter() - t
     total = time.perf_counter() - t0
     print(f"\n{'quick demo' if preset == 'quick' else 'demo' if preset == 'demo' else 'paper-depths demo'} "
@@ -169,6 +172,9 @@ def _main(args: argparse.Namespace) -> None:
         label = {"rest": "series, extension, report"}.get(part, f"{part} sweep")
         print(f"  {label:<26} expected {format_duration(expected[part]):>12}  measured "
               f"{format_duration(measured[part]):>12}")
+    if errored:
+        print("a sweep ended with a run in error (its lines above): the demo exits 1", flush=True)
+    return errored
 
 
 def _elapsed(t0: float) -> str:
@@ -176,4 +182,4 @@ def _elapsed(t0: float) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

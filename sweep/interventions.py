@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import pandas as pd
 
 from model.plugins import preload
 from sweep.cli import parser, run_cli
 from sweep.presets import INTERVENTION_PRESETS, add_grid_flags, preset_from_args
-from sweep.runner import add_run_flags, run_sweep, settings_from_args
+from sweep.runner import add_run_flags, exit_status, run_sweep, settings_from_args
 
 PROG = "python -m sweep.interventions"
 
@@ -33,4 +34,4 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main()))  # 1 when a run ended in error

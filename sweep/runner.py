@@ -47,10 +47,11 @@ from sweep.spec import (
     decode,
     runs_of,
 )
-from sweep.store import Store, StoreError, sweep_lock
+from sweep.store import Store, StoreError, store_id, sweep_lock
 from sweep.trackers import (
     add_tracker_flags,
     check_trackers,
+    export_command,
     make_trackers,
     tracker_folder,
     trackers_from_args,
@@ -71,6 +72,9 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
                    "resources allow)")
     g.add_argument("--max-failures", type=int, default=3,
                    help="retries of a failed trial from its checkpoint; -1 = retry forever")
+    g.add_argument("--retry-deterministic", action="store_true",
+                   help="retry a trial even when its attempt fails with the same error as the attempt before "
+                   "(default: not retried again: an error in the code repeats; see sweep/failfast.py)")
     g.add_argument("--checkpoint-every", type=int, default=1, help="epochs between Tune checkpoints (>= 1)")
     g.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     g.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance, >= 1 (default: all)")
@@ -103,6 +107,8 @@ class SweepSettings:
     plugins: Plugins = Plugins()  # --plugin modules: every trial imports them first
     trackers: tuple[str, ...] = ()  # --tracker: experiment trackers every run is logged to, live
     tracker_dir: str | None = None  # --tracker-dir: their local files (None: beside a local store)
+    retry_deterministic: bool = False  # --retry-deterministic: retry an error that repeats (no fail-fast)
+    name_given: bool = True  # --name was given (it wins over MLFLOW_EXPERIMENT_NAME / WANDB_RUN_GROUP)
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
@@ -124,7 +130,7 @@ def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSett
     return SweepSettings(name, trial, args.address, args.num_cpus, args.max_concurrent, args.max_failures,
                          args.resume, args.num_gpus, pack_request("--pack", args.pack), args.dry_run,
                          fault_from_args(args, name), Plugins.from_args(args), trackers_from_args(args),
-                         args.tracker_dir)
+                         args.tracker_dir, args.retry_deterministic, args.name is not None)
 
 
 def prepare_corpus(preset: Preset) -> Corpus:
@@ -257,15 +263,17 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
 
     import ray
 
-    sender = None
+    live = None
     started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
     try:
-        if settings.trackers:  # reached now: an unreachable one costs a line here, not the sweep
-            from sweep.trackers.sender import Sender
+        if settings.trackers:  # reached on their own threads: a hung one costs at most a line here
+            from sweep.trackers.live import Live
 
-            sender = Sender(make_trackers(settings.trackers, tracker_folder(settings.tracker_dir, store_uri)),
-                            prefix=f"[{name}] ")
-            sender.start()
+            trackers = make_trackers(settings.trackers, tracker_folder(settings.tracker_dir, store_uri),
+                                     folder_given=settings.tracker_dir is not None,
+                                     name_given=settings.name_given)
+            live = Live(store, trackers, store_id(store), prefix=f"[{name}] ")
+            live.started()
         gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())  # the joined cluster's nodes
         packs, notes = plan_packs(cells, settings.pack, ray.cluster_resources().get("GPU", 0.0))
         for note in notes:
@@ -273,7 +281,8 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
         if any(p.size > 1 for p in packs) and not restorable:
             print(f"[{name}] {len(cells)} runs packed into {len(packs)} trials "
                   f"(--pack {settings.pack}; --dry-run lists the members)")
-        from sweep.trackers.live import Follower, StoreFollower, following
+        from sweep.failfast import FailFast
+        from sweep.trackers.live import StoreFollower, following
         from sweep.trial import train_cell
 
         options = replace(trial, store=store_uri, storage=storage,
@@ -310,29 +319,40 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                     failure_config=tune.FailureConfig(max_failures=settings.max_failures),
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                     # sends each trial's stored rows to --tracker's trackers (none: does nothing)
-                    callbacks=[StoreFollower()],
+                    callbacks=[StoreFollower(), FailFast(f"[{name}] ", not settings.retry_deterministic)],
                 ),
             )
         record_runs(store, name, configs, corpus.vocab_size)
-        follower = Follower(store, sender) if sender else None
         cores = ray.cluster_resources().get("CPU", 0.0)
         t0 = time.perf_counter()
-        with sweep_lock(store, name), following(follower):
+        with sweep_lock(store, name), following(live):
             results = tuner.fit()
         wall = time.perf_counter() - t0
-        if follower:  # what no callback sent (trials finished before a resume, a failed read)
-            follower.finish([r.config for r in results])
+        if live:  # what no callback sent (trials finished before a resume, a failed read); then close
+            live.finish([r.config for r in results])
         summary = summarize(results)
         print_summary(name, summary, wall, store_uri, path, trials=len(results))
         print_efficiency(name, summary, wall, cores)
-        if sender:
-            print_trackers(name, sender, len(summary))
+        errored = int((summary["status"] == "error").sum())
+        if errored:
+            print(f"[{name}] {errored} of {len(summary)} runs ended in error (the tracebacks above); the other "
+                  "runs' rows are in the store; the command exits 1", flush=True)
+        if live:
+            print_trackers(name, live, len(summary), export_command(trial.store, settings.trackers,
+                                                                  settings.tracker_dir))
         return summary
     finally:
-        if sender:
-            sender.stop()
+        if live:  # an error or an interrupt before ``finish``: close the trackers anyway
+            live.close()
         if started:
             ray.shutdown()
+
+
+def exit_status(summary: pd.DataFrame | None) -> int:
+    """A sweep command's exit status: 1 when a run ended in error (a lost run), else 0."""
+    if summary is None or "status" not in summary:
+        return 0
+    return int(bool((summary["status"] == "error").any()))
 
 
 def summarize(results) -> pd.DataFrame:
@@ -374,10 +394,15 @@ def print_efficiency(name: str, summary: pd.DataFrame, wall: float, cores: float
           "checkpoints, trial start, Ray, other programs)", flush=True)
 
 
-def print_trackers(name: str, sender, runs: int) -> None:
-    """One line per tracker that took the sweep: where its runs are (the command that opens or syncs them)."""
-    for tracker in sender.trackers:
-        if tracker.name not in sender.dead:
+def print_trackers(name: str, live, runs: int, export: str) -> None:
+    """One line per tracker: where its runs are (the command that opens or syncs them), or that it
+    failed, why, and the ``sweep.store export`` command that sends what it missed."""
+    failed = live.failed()
+    for tracker in live.trackers:
+        if tracker.name in failed:
+            print(f"{tracker.name + ':':<12} FAILED ({failed[tracker.name]}): the runs are in the store; "
+                  f"send what it missed with: {export}")
+        else:
             print(f"{tracker.name + ':':<12} {runs} runs, experiment {name}: {tracker.where()}")
     sys.stdout.flush()
 

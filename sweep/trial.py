@@ -17,6 +17,7 @@ import pickle
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from model.corpus import Corpus
 from model.report import EpochReport
 from model.stack import Member
 from model.trainer import Trainer
+from sweep.failfast import report_attempt_error
 from sweep.faults import FaultInjection, fault_from_config
 from sweep.spec import RunIdentity, decode, plugins_of
 from sweep.store import Store
@@ -93,16 +95,20 @@ def load_state(path: Path) -> dict[str, Any]:
 
 
 def restore(trainer: Trainer) -> int:
-    """Load the trial's Tune checkpoint into ``trainer``, if there is one; the epoch it holds (stored and reported already), else -1. The checkpoint of
-    epoch 0 is a marker (``INITIAL``): a trainer just built is that state already."""
+    """Load the trial's Tune checkpoint into ``trainer``, if there is one; the epoch it holds
+    (stored and reported already), else -1. The checkpoint of epoch 0 is a marker (``INITIAL``): a trainer just built is that state already."""
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
         return -1
-    with checkpoint.as_directory() as d:
-        state = load_state(Path(d) / STATE_FILE)
-        if state == INITIAL:
-            return 0
-        trainer.load_state_dict(state)
+    try:
+        with checkpoint.as_directory() as d:
+            state = load_state(Path(d) / STATE_FILE)
+            if state == INITIAL:
+                return 0
+            trainer.load_state_dict(state)
+    except Exception as exc:  # an unloadable checkpoint: Tune's retries, never fail-fast (sweep.failfast)
+        exc.qkgeom_checkpoint = True  # type: ignore[attr-defined]
+        raise
     return trainer.epoch
 
 
@@ -111,7 +117,7 @@ def write_rows(store: Store, run: RunIdentity, report: EpochReport) -> None:
     identity = run.row()
     if report.layers:
         store.write_layers([{**identity, "epoch": report.epoch, **row} for row in report.layers])
-    store.write_epoch({**identity, "epoch": report.epoch, **report.run})
+    store.write_epoch({**identity, "epoch": report.epoch, **report.run, "time": datetime.now(UTC)})
 
 
 def report_to_tune(trainer: Trainer, metrics: dict[str, Any], checkpoint: bool) -> None:
@@ -160,8 +166,19 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
 
     Tune gets one report per epoch, after every member still training has written that epoch's rows,
     with one checkpoint of the whole trial: a retry resumes every member from the same epoch, and an
-    epoch replayed after a crash overwrites each member's own rows.
+    epoch replayed after a crash overwrites each member's own rows. An attempt that raises reports
+    its error's signature first (``sweep.failfast``), so that the driver stops retrying an error that
+    repeats; an unloadable checkpoint is left to Tune's retries.
     """
+    try:
+        _train_cell(config, corpus)
+    except Exception as exc:
+        if not getattr(exc, "qkgeom_checkpoint", False):  # set by ``restore``
+            report_attempt_error(exc)
+        raise
+
+
+def _train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     clock = StartClock()
     _warm_cuda()
     plugins_of(config).load()  # before the spec's names meet the registries

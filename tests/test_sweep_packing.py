@@ -75,6 +75,6 @@ def test_plan_text_names_trials_members_resources_and_steps() -> None:
 
 
 def test_compile_packs_too() -> None:
-    """``--compile`` does not change the plan: ``model.pack`` compiles a pack's batched loss."""
+    """``--compile`` does not change the plan: ``model.trainer`` compiles a pack's batched loss."""
     plan, notes = plan_packs(PAPER.cells(), "auto", 1, packable=everything)
     assert {p.size for p in plan} == {12} and notes == []

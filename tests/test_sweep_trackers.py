@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from sweep import baseline, demo, interventions, store
+from sweep import baseline, demo, interventions, report, store
 from sweep.cli import UsageError
 from sweep.trackers import add_tracker_flags, check_trackers, tracker_folder, trackers_from_args
 
@@ -23,6 +23,7 @@ CASES = [
     (interventions, "sweep.interventions", [*SWEEP, "--tracker", "mlflow", "--tracker", "wandb"]),
     (demo, "sweep.demo", ["--store", "{tmp}/store", "--storage", "{tmp}/ray", "--tracker", "wandb"]),
     (store, "sweep.store", ["export", "--store", "{tmp}/store", "--tracker", "wandb"]),
+    (report, "sweep.report", ["--store", "{tmp}/store", "--out", "{tmp}/out", "--tracker", "wandb"]),
 ]
 
 
@@ -51,6 +52,7 @@ def test_a_tracker_whose_package_is_missing_is_one_line_and_exit_2(no_wandb, tmp
     assert lines[0] == (f"python -m {name}: error: --tracker wandb: the wandb package is not installed; "
                         "pip install 'qkgeom[wandb]'"), lines[0]
     assert not (tmp_path / "ray").exists() and not (tmp_path / "trackers").exists()
+    assert not (tmp_path / "out").exists()
     assert module is store or not (tmp_path / "store").exists()
 
 

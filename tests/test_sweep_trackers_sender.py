@@ -13,9 +13,10 @@ class MemoryRun(TrackerRun):
     def __init__(self, held: dict, logged: set[int]) -> None:
         self.held, self.logged = held, logged
 
-    def log(self, epoch, metrics):
+    def log(self, epoch, metrics, when=None):
         assert epoch not in self.held["history"], f"epoch {epoch} sent twice"
         self.held["history"][epoch] = metrics
+        self.held.setdefault("when", {})[epoch] = when
 
     def finish(self, status):
         self.held["status"] = status
@@ -80,7 +81,21 @@ def test_sends_only_what_is_missing_and_each_end_once():
     assert mem.opened == 1 and again.sent == {}
     h = mem.runs["r1"]["history"]
     assert "train_loss" not in h[0] and h[1]["train_loss"] != h[1]["train_loss"]  # null left out, NaN kept
-    assert h[2]["L0/pr_q"] == 2.0 and h[2]["L0/qk_alignment_head/h0"] == 0.5 and "L0/qk_alignment_head/h1" not in h[2]
+    # the metric first: one metric's layers share a key prefix (a section, a chart in W&B and MLflow)
+    assert h[2]["pr_q/L0"] == 2.0 and h[2]["qk_alignment_head/L0/h0"] == 0.5 and "qk_alignment_head/L0/h1" not in h[2]
+    # each epoch stamped with its row's time (none in these rows: a store before the column)
+    assert mem.runs["r1"]["when"] == {0: None, 1: None, 2: None}
+
+
+def test_each_epoch_is_stamped_with_its_row_time():
+    from datetime import UTC, datetime
+
+    mem = Memory()
+    sender = Sender([mem], say=lambda line: None)
+    epochs, layers = _rows("r1", ["running", "completed"])
+    times = [datetime(2026, 1, 2, 3, 4, e, tzinfo=UTC) for e in range(2)]
+    sender.send(INFO, [{**r, "time": t} for r, t in zip(epochs, times, strict=True)], layers)
+    assert mem.runs["r1"]["when"] == {e: t.timestamp() for e, t in enumerate(times)}
 
 
 def test_a_trial_that_ended_without_a_final_row_is_failed():
@@ -106,3 +121,7 @@ def test_a_failing_tracker_costs_one_line_and_the_others_go_on():
     down.start()
     down.send(INFO, *_rows("r1", ["completed"]))
     assert lines[-1].endswith("ConnectionError: refused") and not down.live
+    quiet = Sender([Memory(fail_on="start")], say=lines.append)
+    quiet.announced.add("memory")  # its trouble was said already (no answer at the start): no second line
+    quiet.start()
+    assert len(lines) == 2 and quiet.dead == {"memory": "ConnectionError: refused"}

@@ -18,6 +18,7 @@ from sweep.report.inputs import load_tables
 from sweep.report.prose import headline
 from sweep.report.writer import PresetNotInStore, build_report
 from sweep.store import Store, StoreError
+from sweep.trackers import add_tracker_flags, check_trackers, tracker_folder, trackers_from_args
 
 PROG = "python -m sweep.report"
 
@@ -31,6 +32,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="output folder: a path or a URI like --store's (s3://bucket/prefix)")
     ap.add_argument("--no-figures", action="store_true", help="skip figure rendering")
     ap.add_argument("--preset", default=None, help="report only this preset (default: each, separately)")
+    add_tracker_flags(ap, live=False, what="also attach the report to each sweep's sweep-level run in a tracker")
     return ap.parse_args(argv)
 
 
@@ -61,26 +63,48 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    write_report(args.store, args.out, preset=args.preset, figures=not args.no_figures)
-    return 0
+    trackers = trackers_from_args(args)
+    check_trackers("--tracker", trackers)  # known and installed, before anything is computed
+    failed: dict[str, str] = {}
+    write_report(args.store, args.out, preset=args.preset, figures=not args.no_figures,
+                 trackers=trackers, tracker_dir=args.tracker_dir, failed=failed)
+    return 1 if failed else 0
 
 
-def write_report(store: str, out: str, preset: str | None = None, figures: bool = True) -> dict:
+def write_report(store: str, out: str, preset: str | None = None, figures: bool = True,
+                 trackers: tuple[str, ...] = (), tracker_dir: str | None = None,
+                 failed: dict[str, str] | None = None) -> dict:
     """Report the store at ``store`` into ``out`` (a folder or URI), print the headline and the
-    scorecard, and return the statistics (``stats.json``). ``preset``: that preset only."""
+    scorecard, and return the statistics (``stats.json``). ``preset``: that preset only.
+    ``trackers``: also attach it to each sweep's sweep-level run there (``sweep.trackers.report``;
+    the ones that failed go into ``failed``)."""
     if not Store(store).exists():
         raise UsageError(f"--store {store}: no store there (run a sweep first, or check the path)")
     target = output_target(out)
     skipped: list[dict] = []
     tables = load_tables(store, skipped)
+
+    def attach(folder: Path, s: dict) -> None:
+        if not trackers:
+            return
+        from sweep.trackers.report import attach_report
+
+        presets = [preset] if preset else None
+        lost = attach_report(store, folder, s, trackers, tracker_folder(tracker_dir, store),
+                             folder_given=tracker_dir is not None, presets=presets)
+        if failed is not None:
+            failed.update(lost)
+
     try:
         if target is None:
-            s = build_report(tables, Path(out.removeprefix("file://")), figures=figures, preset=preset,
-                             skipped_files=skipped)
+            local = Path(out.removeprefix("file://"))
+            s = build_report(tables, local, figures=figures, preset=preset, skipped_files=skipped)
+            attach(local, s)
         else:
             with tempfile.TemporaryDirectory(prefix="qkgeom-report-") as tmp:
                 s = build_report(tables, Path(tmp), figures=figures, preset=preset, skipped_files=skipped)
                 write_outputs(Path(tmp), target)
+                attach(Path(tmp), s)
     except PresetNotInStore as exc:
         raise UsageError(str(exc)) from None
     print(f"{out.rstrip('/')}/report.md")

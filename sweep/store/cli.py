@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "export":
             from sweep.trackers.export import export
 
-            sender = export(store, names, tracker_folder(args.tracker_dir, args.store), force=args.force)
+            sender = export(store, names, tracker_folder(args.tracker_dir, args.store), force=args.force,
+                            folder_given=args.tracker_dir is not None)
             return 1 if sender.dead else 0
         print(compact(store, args.table, force=args.force))
         return 0

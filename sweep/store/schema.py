@@ -81,6 +81,9 @@ EPOCHS = pa.schema(
         pa.field("status", pa.string(), nullable=False),
         pa.field("schema_version", pa.int32(), nullable=False),
         pa.field("strengths", pa.string()),  # see strengths_json
+        # when the trial wrote the epoch's rows (UTC): what a tracker stamps the epoch with (SPEC §6.1);
+        # null in stores written before the column
+        pa.field("time", pa.timestamp("ms", tz="UTC")),
     ]
 )
 

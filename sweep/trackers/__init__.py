@@ -30,10 +30,10 @@ TRACKERS: dict[str, tuple[str, str, str]] = {
 DEFAULT_DIR = "runs/trackers"
 
 
-def add_tracker_flags(g: argparse._ActionsContainer, live: bool = True) -> None:
+def add_tracker_flags(g: argparse._ActionsContainer, live: bool = True, what: str | None = None) -> None:
     """``--tracker`` (repeatable, or a comma list) and ``--tracker-dir``: the same words on every sweep CLI
-    (``live``) and on ``python -m sweep.store export``."""
-    what = "also log every run to an experiment tracker, live" if live else "the experiment tracker to send to"
+    (``live``), on ``python -m sweep.store export`` and on ``python -m sweep.report``."""
+    what = what or ("also log every run to an experiment tracker, live" if live else "the experiment tracker to send to")
     g.add_argument("--tracker", action="append", type=name_list, metavar="NAME",
                    help=f"{what}: {', '.join(TRACKERS)} (repeat or comma-separate for several"
                    f"{'; default none' if live else ''})")
@@ -69,14 +69,28 @@ def tracker_folder(tracker_dir: str | None, store: str) -> Path:
     return local.parent / "trackers"
 
 
-def make_trackers(names: Iterable[str], folder: Path) -> list:
-    """One ``Tracker`` per name (checked names; nothing imported but the tracker's own module)."""
+def make_trackers(names: Iterable[str], folder: Path, folder_given: bool = False, name_given: bool = False) -> list:
+    """One ``Tracker`` per name (checked names; nothing imported but the tracker's own module).
+    ``folder_given``: --tracker-dir was given (it wins over ``WANDB_DIR``); ``name_given``: --name was
+    given (it wins over ``MLFLOW_EXPERIMENT_NAME`` and ``WANDB_RUN_GROUP``)."""
     out = []
     for name in names:
         module, cls, _ = TRACKERS[name]
-        out.append(getattr(importlib.import_module(module), cls)(folder))
+        out.append(getattr(importlib.import_module(module), cls)(folder, folder_given, name_given))
     return out
 
 
-__all__ = ["DEFAULT_DIR", "TRACKERS", "add_tracker_flags", "check_trackers", "make_trackers",
+def export_command(store: str, names: Iterable[str], tracker_dir: str | None) -> str:
+    """The ``python -m sweep.store export`` command that sends a store's runs to ``names``."""
+    import shlex
+
+    parts = ["python", "-m", "sweep.store", "export", "--store", store]
+    for name in names:
+        parts += ["--tracker", name]
+    if tracker_dir:
+        parts += ["--tracker-dir", tracker_dir]
+    return shlex.join(parts)
+
+
+__all__ = ["DEFAULT_DIR", "TRACKERS", "add_tracker_flags", "check_trackers", "export_command", "make_trackers",
            "tracker_folder", "trackers_from_args"]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from sweep.store.identity import store_id
 from sweep.store.locks import locks
 from sweep.store.parquet import STALE_AFTER_S, Store, StoreError
 from sweep.trackers import make_trackers
@@ -28,7 +29,7 @@ def _by_run(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def export(store: Store, names: Iterable[str], folder: Path, force: bool = False,
-           say: Callable[[str], None] = print) -> Sender:
+           say: Callable[[str], None] = print, folder_given: bool = False) -> Sender:
     """Send every run of ``store`` to the trackers ``names`` (checked); returns the sender (``dead``
     names the trackers that failed)."""
     busy = [lock.describe() for lock in locks(store) if lock.age() < STALE_AFTER_S]
@@ -38,7 +39,8 @@ def export(store: Store, names: Iterable[str], folder: Path, force: bool = False
     runs = {r["run_id"]: r for r in store.scan("runs").table.to_pylist()}
     epochs = _by_run(store.scan("epochs").table.to_pylist())
     layers = _by_run(store.scan("layers").table.to_pylist())
-    sender = Sender(make_trackers(names, folder), say=say)
+    sid = store_id(store)  # created on the first export of a store no tracked sweep wrote
+    sender = Sender(make_trackers(names, folder, folder_given=folder_given), say=say)
     sender.start()
     old = [rid for rid in epochs if rid not in runs]
     if old:
@@ -48,7 +50,7 @@ def export(store: Store, names: Iterable[str], folder: Path, force: bool = False
         for rid in sorted(epochs):
             if not sender.live:
                 break
-            info = RunInfo.of(runs.get(rid) or epochs[rid][0])
+            info = RunInfo.of(runs.get(rid) or epochs[rid][0], sid)
             sender.send(info, epochs[rid], layers.get(rid, ()), ended=True)
     finally:
         sender.stop()

@@ -1,30 +1,53 @@
 """MLflow: one MLflow run per store run, in an experiment named after the sweep.
 
 Where: ``MLFLOW_TRACKING_URI`` when set (a server, ``sqlite:``, ``file:``, Databricks…), else a
-local SQLite store, ``{folder}/mlflow.db``, its artifacts under ``{folder}/mlflow-artifacts``
-(nothing is logged there). A run is found again by its tag ``qkgeom.run_id`` (``find``), so a
-resumed sweep or a second export continues it; a run of that id whose parameters differ (the
-cell was rerun with another recipe, and the store's rows replaced) is deleted (MLflow keeps it,
-restorable, as ``deleted``) and started afresh. The end is the tag ``status`` and the MLflow run
-state: FINISHED for ``completed``, FAILED for ``diverged`` and ``failed``.
+local SQLite store, ``{folder}/mlflow.db``, its artifacts under ``{folder}/mlflow-artifacts``.
+Experiment: the sweep's name, or ``MLFLOW_EXPERIMENT_NAME`` when set and ``--name`` was not given.
 
-HTTP requests are bounded unless the environment says otherwise (2 retries, 20 s), so an
-unreachable server costs seconds, once (``Sender``), not MLflow's default minutes.
+A run is found again by its tags ``qkgeom.run_id`` and ``qkgeom.store_id`` (``find``): a resumed
+sweep or a second export continues it; a run of another store (another ``qkgeom.store_id``, or
+none) is never touched. A run of this store whose parameters differ (the cell was rerun with
+another recipe, and the store's rows replaced) is kept: it gets the tag ``qkgeom.superseded_by``
+= its successor's MLflow run id, and the successor ``qkgeom.supersedes``. Nothing is deleted.
+Each epoch's metrics are stamped with the time its row was written (the ``epochs`` table's
+``time``). The end is the tag ``status`` and the MLflow run state: FINISHED for ``completed``,
+FAILED for ``diverged`` and ``failed``.
+
+HTTP requests are bounded unless the environment says otherwise (``HTTP_DEFAULTS``: MLflow's own
+are 7 retries and 120 s). The sweep's sending runs off its critical path (``sweep.trackers.live``),
+so a hung server delays nothing; the bounds say how soon it is given up.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from sweep.trackers.base import MARKER, RUN_TAG, Logged, RunInfo, Tracker, TrackerRun, same_value
+from sweep.trackers.base import (
+    MARKER,
+    RUN_TAG,
+    STORE_TAG,
+    SUPERSEDED_TAG,
+    SUPERSEDES_TAG,
+    Logged,
+    RunInfo,
+    Tracker,
+    TrackerRun,
+    same_value,
+)
 
 #: MLflow's HTTP retry settings used unless the environment sets them.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+#: What ``mlflow ui`` needs beyond mlflow-skinny (its workers die without aiohttp): without them the
+#: printed command installs the full mlflow in a venv of its own first.
+UI_MODULES = ("aiohttp", "uvicorn", "fastapi", "flask")
+#: The tag of a sweep-level run (the parent of a sweep's runs): the sweep's name.
+SWEEP_TAG = "qkgeom.sweep_run"
 BATCH = 1000  # MLflow's limit of metrics per log_batch
 STATE = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}
 
@@ -33,11 +56,11 @@ class MlflowRun(TrackerRun):
     def __init__(self, client: Any, run_id: str, logged: set[int]) -> None:
         self.client, self.id, self.logged = client, run_id, logged
 
-    def log(self, epoch: int, metrics: dict[str, float]) -> None:
+    def log(self, epoch: int, metrics: dict[str, float], when: float | None = None) -> None:
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
-        points = [Metric(k, v, now, epoch) for k, v in metrics.items()]
+        stamp = int((time.time() if when is None else when) * 1000)
+        points = [Metric(k, v, stamp, epoch) for k, v in metrics.items()]
         for i in range(0, len(points), BATCH):
             self.client.log_batch(self.id, metrics=points[i:i + BATCH])
 
@@ -50,8 +73,11 @@ class MlflowTracker(Tracker):
     name = "mlflow"
     package = "mlflow"
 
-    def __init__(self, folder: Path) -> None:
-        super().__init__(folder)
+    def __init__(self, folder: Path, folder_given: bool = False, name_given: bool = False) -> None:
+        super().__init__(folder, folder_given, name_given)
+        self.experiment_name = None if name_given else (os.environ.get("MLFLOW_EXPERIMENT_NAME") or None)
+        self.superseded: dict[str, str] = {}  # store run id -> the MLflow run its new one supersedes
+        self.sweep_runs: dict[tuple[str, str, str], str] = {}  # (sweep, experiment, store id) -> MLflow run id
         self.default = not os.environ.get("MLFLOW_TRACKING_URI")
         self.uri = f"sqlite:///{folder.resolve() / 'mlflow.db'}" if self.default else os.environ["MLFLOW_TRACKING_URI"]
         self.client: Any = None
@@ -91,17 +117,26 @@ class MlflowTracker(Tracker):
                                       else self.client.create_experiment(name, artifact_location=artifacts))
         return self.experiments[name]
 
+    def experiment(self, run: RunInfo) -> str:
+        """The MLflow experiment of ``run``: ``MLFLOW_EXPERIMENT_NAME`` (unless --name), else the sweep's."""
+        return self.experiment_name or run.experiment
+
     def _existing(self, run: RunInfo) -> Any:
-        """The active MLflow run of this store run, or None; one with other parameters is deleted."""
-        experiment = self._experiment(run.experiment, create=False)
+        """This store's current MLflow run of this store run, or None. One of this store with other
+        parameters (an older recipe) is remembered in ``superseded``, to be marked when its
+        successor opens; runs of other stores, and runs superseded already, are left alone."""
+        experiment = self._experiment(self.experiment(run), create=False)
         if experiment is None:
             return None
-        runs = self.client.search_runs([experiment], filter_string=f"tags.`{RUN_TAG}` = '{run.run_id}'",
-                                       max_results=10)
+        runs = self.client.search_runs(
+            [experiment], filter_string=f"tags.`{RUN_TAG}` = '{run.run_id}' and tags.`{STORE_TAG}` = '{run.store_id}'",
+            max_results=50)
         for other in runs:
+            if SUPERSEDED_TAG in other.data.tags:
+                continue
             have = other.data.params
-            if any(k in have and not same_value(have[k], v) for k, v in run.params.items()):
-                self.client.delete_run(other.info.run_id)
+            if any(k not in have or not same_value(have[k], v) for k, v in run.params.items()):
+                self.superseded[run.run_id] = other.info.run_id
             else:
                 return other
         return None
@@ -119,8 +154,17 @@ class MlflowTracker(Tracker):
 
         existing = self._existing(run)
         if existing is None:
-            rid = self.client.create_run(self._experiment(run.experiment), run_name=run.run_id,
-                                         tags=run.tags).info.run_id
+            tags = dict(run.tags)
+            old = self.superseded.pop(run.run_id, None)
+            if old is not None:
+                tags[SUPERSEDES_TAG] = old
+            parent = self.sweep_run(run.experiment, self.experiment(run), run.store_id)
+            if parent is not None:
+                tags["mlflow.parentRunId"] = parent
+            rid = self.client.create_run(self._experiment(self.experiment(run)), run_name=run.run_id,
+                                         tags=tags).info.run_id
+            if old is not None:
+                self.client.set_tag(old, SUPERSEDED_TAG, rid)
         else:
             rid = existing.info.run_id
             self.client.update_run(rid, status="RUNNING")
@@ -130,11 +174,73 @@ class MlflowTracker(Tracker):
                                   tags=[RunTag(k, v) for k, v in run.tags.items()] if i == 0 else ())
         return MlflowRun(self.client, rid, set(found.epochs))
 
+    def sweep_run(self, sweep: str, experiment: str, store_id: str, create: bool = True) -> str | None:
+        """The MLflow run id of the sweep-level run (the parent of the sweep's runs: ``sweep.report``
+        attaches the report to it), found by its tags; created when missing and ``create``."""
+        key = (sweep, experiment, store_id)
+        cache = self.sweep_runs
+        if key in cache:
+            return cache[key]
+        exp = self._experiment(experiment, create=create)
+        if exp is None:
+            return None
+        found = self.client.search_runs(
+            [exp], filter_string=f"tags.`{SWEEP_TAG}` = '{sweep}' and tags.`{STORE_TAG}` = '{store_id}'",
+            max_results=1)
+        if found:
+            cache[key] = found[0].info.run_id
+        elif create:
+            cache[key] = self.client.create_run(exp, run_name=sweep, tags={
+                SWEEP_TAG: sweep, STORE_TAG: store_id, "experiment": sweep}).info.run_id
+            self.client.set_terminated(cache[key], "FINISHED")  # a container: its runs and the report
+        else:
+            return None
+        return cache[key]
+
+    def attach_report(self, sweep: str, runs: list[RunInfo], report_dir: Path,
+                      scorecard: list[dict[str, Any]]) -> str:
+        """The report folder as artifacts (``report/``), the scorecard as a table (``scorecard.json``) and
+        its verdict counts as metrics, on the sweep's parent run; this store's runs of it nested under it."""
+        from mlflow.entities import Metric
+
+        store = runs[0].store_id
+        experiment = self.experiment(runs[0])
+        parent = self.sweep_run(sweep, experiment, store)
+        self.client.log_artifacts(parent, str(report_dir), artifact_path="report")
+        if scorecard:
+            import pandas as pd
+
+            self.client.log_table(parent, pd.DataFrame(scorecard), "scorecard.json")
+            counts: dict[str, int] = {}
+            for row in scorecard:
+                counts[str(row.get("verdict"))] = counts.get(str(row.get("verdict")), 0) + 1
+            now = int(time.time() * 1000)
+            self.client.log_batch(parent, metrics=[Metric(f"scorecard/{k}", v, now, 0) for k, v in counts.items()])
+        mine = self.client.search_runs([self._experiment(experiment)],
+                                       filter_string=f"tags.`{STORE_TAG}` = '{store}' and tags.experiment = '{sweep}'",
+                                       max_results=5000)
+        for run in mine:
+            if RUN_TAG in run.data.tags and run.data.tags.get("mlflow.parentRunId") != parent:
+                self.client.set_tag(run.info.run_id, "mlflow.parentRunId", parent)
+        return f"MLflow run {parent} of experiment {experiment} ({self.where()})"
+
+    def remote(self) -> bool:
+        return not self.default and not self.uri.startswith(("sqlite:", "file:", "/"))
+
     def stop(self) -> None:
         if self.urllib3 is not None:
             self.urllib3.setLevel(self.urllib3_level)
 
     def where(self) -> str:
-        if self.default:
-            return f"mlflow ui --backend-store-uri {self.uri}"
-        return f"MLflow at {self.uri}"
+        if not self.default:
+            return f"MLflow at {self.uri}"
+        command = f"mlflow ui --backend-store-uri {self.uri}"
+        missing = [m for m in UI_MODULES if importlib.util.find_spec(m) is None]
+        if not missing:
+            return command
+        import mlflow
+
+        # the full package's UI in a venv of its own (it pins pyarrow below the project's): one line that works
+        ui = "/tmp/mlflow-ui"
+        return (f"python -m venv {ui} && {ui}/bin/pip install -q 'mlflow=={mlflow.__version__}' && "
+                f"{ui}/bin/{command}")

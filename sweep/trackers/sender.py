@@ -15,7 +15,14 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from sweep.trackers.base import RunInfo, Tracker, TrackerRun, epoch_metrics, final_status
+from sweep.trackers.base import (
+    RunInfo,
+    Tracker,
+    TrackerRun,
+    epoch_metrics,
+    epoch_time,
+    final_status,
+)
 
 T = TypeVar("T")
 
@@ -37,6 +44,7 @@ class Sender:
         self.open: dict[tuple[str, str], TrackerRun] = {}  # (tracker, run id) -> open run
         self.done: dict[tuple[str, str], str] = {}  # (tracker, run id) -> the end it holds
         self.sent: dict[str, int] = {}  # tracker name -> runs it received something for
+        self.announced: set[str] = set()  # trackers whose trouble was said already: their failure is silent
 
     # --- guarded calls ---------------------------------------------------------------------------
     def _call(self, tracker: Tracker, fn: Callable[..., T], *args: Any) -> T | None:
@@ -46,9 +54,10 @@ class Sender:
             return fn(*args)
         except Exception as exc:  # any failure of a tracker costs one line, never the sweep
             self.dead[tracker.name] = _first_line(exc)
-            self.say(f"{self.prefix}tracker {tracker.name} failed, not logging to it from now on (the runs and "
-                     f"the store go on): {_first_line(exc)}")
             self.open = {k: v for k, v in self.open.items() if k[0] != tracker.name}
+            if tracker.name not in self.announced:
+                self.say(f"{self.prefix}tracker {tracker.name} failed, not logging to it from now on (the runs "
+                         f"and the store go on): {_first_line(exc)}")
             return None
 
     @property
@@ -108,7 +117,8 @@ class Sender:
                 self.sent[tracker.name] = self.sent.get(tracker.name, 0) + 1
             for epoch in sorted(e for e in by_epoch if e not in run.logged):
                 metrics = epoch_metrics(by_epoch[epoch], layer_rows.get(epoch, ()))
-                if self._call(tracker, run.log, epoch, metrics) is None and tracker.name in self.dead:
+                when = epoch_time(by_epoch[epoch])
+                if self._call(tracker, run.log, epoch, metrics, when) is None and tracker.name in self.dead:
                     break
                 run.logged.add(epoch)
             if status is not None and tracker.name not in self.dead:

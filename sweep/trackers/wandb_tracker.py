@@ -2,16 +2,24 @@
 
 Mode: ``WANDB_MODE`` when set; else ``online`` when W&B has an API key (``WANDB_API_KEY``, or a
 ``~/.netrc`` entry for its host, as ``wandb login`` writes), else ``offline``: the runs are written
-under ``{folder}/wandb/offline-run-*`` and ``wandb sync`` uploads them later. Project:
-``WANDB_PROJECT``, else ``qkgeom``. Each W&B run's id is derived from the sweep's name and the store
-run id (``wandb_id``) and opened with ``resume="allow"``, so a resumed sweep or a second export
-continues the same run; what an offline run holds already is read from its own ``.wandb`` files
-(``offline_records``), so nothing is written twice; online, W&B's resumed step says it.
+under ``{dir}/wandb/offline-run-*`` and ``wandb sync`` uploads them later. The environment's
+conventions hold, a flag winning over them: ``WANDB_PROJECT`` (else ``qkgeom``), ``WANDB_ENTITY``,
+``WANDB_RUN_GROUP`` (else the sweep's name; ``--name`` wins), ``WANDB_DIR`` (created; else the
+tracker folder; ``--tracker-dir`` wins).
 
-Tags: ``sweep:<name>``, ``trial:<name>``, ``pack:<K>`` (W&B tags are labels of at most 64
-characters); the config holds the parameters and the other tags (trial, pack, pack_member,
-``qkgeom.run_id``); the end is ``summary["status"]`` and
-the exit code (0 for ``completed``, 1 for ``diverged`` and ``failed``).
+Each W&B run's id is derived from the store's id, the sweep's name, the store run id and a hash of
+its parameters (``wandb_id``), and opened with ``resume="allow"``: a resumed sweep or a second
+export continues the same run; another store, or the same cell rerun with another recipe, gets
+another run and never writes into this one. What an offline run holds already is read from its own
+``.wandb`` files (``offline_records``), so nothing is written twice; online, W&B's resumed step
+says it. Each epoch is logged with ``_timestamp`` = the time its row was written (W&B keeps it
+per history row; the run's own start time and ``_runtime`` are when it was sent: W&B's API sets
+those itself).
+
+Tags: ``experiment:<name>``, ``trial:<name>``, ``pack:<K>`` (W&B tags are labels of at most 64
+characters); the config holds the typed parameters and the other tags (trial,
+``qkgeom.run_id``, ``qkgeom.store_id``); the end is ``summary["status"]`` and the exit code (0 for
+``completed``, 1 for ``diverged`` and ``failed``).
 """
 
 from __future__ import annotations
@@ -32,9 +40,14 @@ from sweep.trackers.base import Logged, RunInfo, Tracker, TrackerRun
 BLOCK = 32 * 1024  # the .wandb file is a LevelDB-style log of 32 KiB blocks of protobuf records
 
 
-def wandb_id(experiment: str, run_id: str) -> str:
-    """A W&B run id for a store run of a sweep: the same every time, 20 letters and digits."""
-    return "qk" + hashlib.sha256(f"{experiment}/{run_id}".encode()).hexdigest()[:18]
+def wandb_id(store_id: str, experiment: str, run_id: str, recipe: str) -> str:
+    """A W&B run id for a store run of a sweep, of one store and one recipe (``RunInfo.recipe``): the
+    same every time, 20 letters and digits."""
+    return "qk" + hashlib.sha256(f"{store_id}/{experiment}/{run_id}/{recipe}".encode()).hexdigest()[:18]
+
+
+def run_wandb_id(run: RunInfo) -> str:
+    return wandb_id(run.store_id, run.experiment, run.run_id, run.recipe())
 
 
 def logged_in() -> bool:
@@ -77,7 +90,8 @@ def log_records(path: str | Path) -> Iterator[bytes]:
 
 def offline_records(folder: Path, wid: str) -> dict[str, Any]:
     """What the offline runs of id ``wid`` under ``folder`` hold: ``history`` (step -> metrics),
-    ``config``, ``tags``, ``group``, ``name``, ``status`` (summary) and ``exit_code`` (None: not finished)."""
+    ``config``, ``tags``, ``group``, ``name``, ``project``, ``entity``, ``job_type``, ``status`` (summary) and
+    ``exit_code`` (None: not finished)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     out: dict[str, Any] = {"history": {}, "config": {}, "tags": [], "group": None, "name": None,
@@ -90,12 +104,14 @@ def offline_records(folder: Path, wid: str) -> dict[str, Any]:
             if kind == "history":
                 items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
                 out["history"].setdefault(int(items["_step"]), {}).update(
-                    {k: v for k, v in items.items() if not k.startswith("_")})
+                    {k: v for k, v in items.items() if not k.startswith("_") or k == "_timestamp"})
             elif kind == "run":
                 out["config"].update({u.key or "/".join(u.nested_key): json.loads(u.value_json)
                                       for u in record.run.config.update if u.key != "_wandb"})
                 out["tags"], out["group"], out["name"] = list(record.run.tags), record.run.run_group, \
                     record.run.display_name
+                out["project"], out["entity"], out["job_type"] = record.run.project, record.run.entity, \
+                    record.run.job_type
             elif kind == "config":
                 out["config"].update({u.key or "/".join(u.nested_key): json.loads(u.value_json)
                                       for u in record.config.update if u.key != "_wandb"})
@@ -112,8 +128,8 @@ class WandbRun(TrackerRun):
     def __init__(self, run: Any, logged: set[int]) -> None:
         self.run, self.logged = run, logged
 
-    def log(self, epoch: int, metrics: dict[str, float]) -> None:
-        self.run.log(metrics, step=epoch)
+    def log(self, epoch: int, metrics: dict[str, float], when: float | None = None) -> None:
+        self.run.log(metrics if when is None else {**metrics, "_timestamp": when}, step=epoch)
 
     def finish(self, status: str) -> None:
         self.run.summary["status"] = status
@@ -127,10 +143,14 @@ class WandbTracker(Tracker):
     name = "wandb"
     package = "wandb"
 
-    def __init__(self, folder: Path) -> None:
-        super().__init__(folder)
+    def __init__(self, folder: Path, folder_given: bool = False, name_given: bool = False) -> None:
+        if os.environ.get("WANDB_DIR") and not folder_given:
+            folder = Path(os.environ["WANDB_DIR"]).expanduser()
+        super().__init__(folder, folder_given, name_given)
         self.mode = os.environ.get("WANDB_MODE") or ("online" if logged_in() else "offline")
         self.project = os.environ.get("WANDB_PROJECT") or "qkgeom"
+        self.entity = os.environ.get("WANDB_ENTITY") or None
+        self.group_name = None if name_given else (os.environ.get("WANDB_RUN_GROUP") or None)
         self.wandb: Any = None
         self.ours = False  # whether W&B's service was started for us (and so is ours to stop)
 
@@ -149,22 +169,62 @@ class WandbTracker(Tracker):
     def find(self, run: RunInfo) -> Logged:
         if self.mode not in ("offline", "dryrun"):
             return Logged()  # online: the resumed step (``open``) says it
-        held = offline_records(self.folder, wandb_id(run.experiment, run.run_id))
+        held = offline_records(self.folder, run_wandb_id(run))
         return Logged(set(held["history"]), held["status"] if held["exit_code"] is not None else None)
 
+    def group(self, run: RunInfo) -> str:
+        """The W&B group of ``run``: ``WANDB_RUN_GROUP`` (unless --name), else the sweep's name."""
+        return self.group_name or run.experiment
+
     def open(self, run: RunInfo, found: Logged) -> WandbRun:
-        tags = [f"{k}:{v}"[:64] for k, v in run.tags.items() if k in ("sweep", "trial", "pack")]
-        # the parameters, and the tags but the sweep's name (the group; ``sweep`` is the store's column)
-        config = {**run.params, **{k: v for k, v in run.tags.items() if k != "sweep"}}
+        tags = [f"{k}:{v}"[:64] for k, v in run.tags.items() if k in ("experiment", "trial")]
+        if "pack" in run.params:
+            tags.append(f"pack:{run.params['pack']}")
+        # the parameters, and the tags but the sweep's name (the group)
+        config = {**run.params, **{k: v for k, v in run.tags.items() if k != "experiment"}}
         handle = self.wandb.init(
-            project=self.project, group=run.experiment, name=run.run_id, id=wandb_id(run.experiment, run.run_id),
-            resume="allow", mode=self.mode, dir=str(self.folder), reinit="create_new", tags=tags,
-            job_type=str(run.params["sweep"]), config=config, settings=self._settings())
+            project=self.project, entity=self.entity, group=self.group(run), name=run.run_id,
+            id=run_wandb_id(run), resume="allow", mode=self.mode, dir=str(self.folder), reinit="create_new",
+            tags=tags, job_type=str(run.params["sweep"]), config=config, settings=self._settings())
         handle.config.update(config, allow_val_change=True)  # a resumed run's too
         logged = set(found.epochs)
         if self.mode == "online" and handle.resumed:
             logged |= set(range(handle.step))
         return WandbRun(handle, logged)
+
+    def attach_report(self, sweep: str, runs: list[RunInfo], report_dir: Path,
+                      scorecard: list[dict[str, Any]]) -> str:
+        """A run of ``job_type`` ``report`` in the sweep's group: the report folder as an artifact, the
+        figures as images, the scorecard as a table and its verdict counts in the summary."""
+        wandb = self.wandb
+        text = (report_dir / "report.md").read_bytes() if (report_dir / "report.md").is_file() else b""
+        wid = "qk" + hashlib.sha256(b"%s/%s/report/" % (runs[0].store_id.encode(), sweep.encode())
+                                    + hashlib.sha256(text).digest()).hexdigest()[:18]
+        if self.mode in ("offline", "dryrun") and offline_records(self.folder, wid)["exit_code"] is not None:
+            return f"W&B run {wid} (sent before: the same report)"
+        handle = wandb.init(
+            project=self.project, entity=self.entity, group=self.group(runs[0]), name=f"{sweep}-report", id=wid,
+            resume="allow", mode=self.mode, dir=str(self.folder), reinit="create_new", job_type="report",
+            tags=[f"experiment:{sweep}"[:64]], config={"experiment": sweep, "qkgeom.store_id": runs[0].store_id,
+                                                       "runs": len(runs)}, settings=self._settings())
+        if scorecard:
+            columns = list(dict.fromkeys(k for row in scorecard for k in row))
+            handle.log({"scorecard": wandb.Table(columns=columns, data=[[r.get(c) for c in columns]
+                                                                          for r in scorecard])})
+            for verdict in dict.fromkeys(str(r.get("verdict")) for r in scorecard):
+                handle.summary[f"scorecard/{verdict}"] = sum(str(r.get("verdict")) == verdict for r in scorecard)
+        figures = sorted(report_dir.rglob("*.png"))
+        if figures:
+            handle.log({f"figures/{p.relative_to(report_dir).with_suffix('').as_posix()}": wandb.Image(str(p))
+                        for p in figures})
+        artifact = wandb.Artifact(f"report-{sweep}", type="report")
+        artifact.add_dir(str(report_dir))
+        handle.log_artifact(artifact)
+        handle.finish()
+        return f"W&B run {wid}, group {self.group(runs[0])} ({self.where()})"
+
+    def remote(self) -> bool:
+        return self.mode == "online"
 
     def where(self) -> str:
         if self.mode in ("offline", "dryrun"):
