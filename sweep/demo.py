@@ -77,6 +77,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tiny-series", default="runs/tiny-series", help="where the tiny checkpoint series is built")
     p.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance, >= 1 (default: all)")
+    p.add_argument("--progress-tables", action="store_true",
+                   help="print Tune's full trial status table at every report (default: one progress line)")
     return p.parse_args(argv)
 
 
@@ -137,14 +139,15 @@ def _main(args: argparse.Namespace) -> None:
         print(f"\n== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
         t = time.perf_counter()
         run_sweep(baseline, SweepSettings(f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run,
-                                          plugins=plugins, trackers=trackers, tracker_dir=args.tracker_dir))
+                                          plugins=plugins, trackers=trackers, tracker_dir=args.tracker_dir,
+                                          progress_tables=args.progress_tables))
         measured["baseline"] = time.perf_counter() - t
         print(f"\n== 2/4 interventions ({preset} preset, {len(interventions.seeds)} seeds) · {_elapsed(t0)} ==",
               flush=True)
         t = time.perf_counter()
         run_sweep(interventions, SweepSettings(f"interventions-{preset}", trial, pack=pack,
                                                dry_run=args.dry_run, plugins=plugins, trackers=trackers,
-                                               tracker_dir=args.tracker_dir))
+                                               tracker_dir=args.tracker_dir, progress_tables=args.progress_tables))
         measured["interventions"] = time.perf_counter() - t
         if args.dry_run:
             print("\n== 3/4 checkpoint extension and 4/4 report: not run (dry run) ==")
