@@ -180,7 +180,7 @@ def gap_claims(fin: pd.DataFrame) -> list[Claim]:
 
     out = []
     for d in sorted(set(depths) | {4, 8}):
-        claim = f"alignment gap at {d} layers positive"
+        claim = f"alignment gap at {d} layer{'' if d == 1 else 's'} positive"
         if d not in usable:
             out.append(Claim(f"alignment.gap.L{d}", "alignment", claim, PAPER_TEXT.get(f"alignment.gap.L{d}", "—"), Expect(">", 0),
                              reason=f"no {d}-layer runs of both {COUPLED} and an uncoupled init",
