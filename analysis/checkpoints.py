@@ -23,6 +23,10 @@ class SeriesFit:
     r_pr_k__qk_erank: float | None
     r_qk_erank__attn_entropy: float | None
     n_rows: int
+    #: where its revisions came from: the Hub repos ("EleutherAI/pythia-70m"), or "local files"
+    #: (a manifest ``path``; ``repo`` is null); "unknown" in stores without the ``repo`` column
+    source: str = "unknown"
+    public: bool = False  # every ok revision came from the Hub: the paper's claims are about these
 
 
 @dataclass
@@ -96,7 +100,10 @@ def compute_checkpoints(checkpoints: pd.DataFrame) -> Computed[CheckpointsResult
         link = None
         if r1["r"] is not None and r2["r"] is not None:
             link = bool(r1["r"] > 0 and r2["r"] > 0)
-        series[str(name)] = SeriesFit(n_rev, slope, link, r1["r"], r2["r"], int(len(sub)))
+        repos = sub["repo"].dropna().astype(str).unique() if "repo" in sub else ()
+        public = "repo" in sub and bool(sub["repo"].notna().all())
+        source = ", ".join(sorted(repos)) if public else "local files" if "repo" in sub else "unknown"
+        series[str(name)] = SeriesFit(n_rev, slope, link, r1["r"], r2["r"], int(len(sub)), source, public)
     fitted = [s for s in series.values() if s.slope_pr_q_minus_pr_k is not None]
     out = CheckpointsResult(
         series,
@@ -123,14 +130,22 @@ def table(c: CheckpointsResult) -> pd.DataFrame | None:
     if not c.series:
         return None
     rows = [{"series": name, **to_jsonable(d)} for name, d in c.series.items()]
-    cols = ["series", "n_revisions", "slope_pr_q_minus_pr_k", "r_pr_k__qk_erank",
+    cols = ["series", "source", "n_revisions", "slope_pr_q_minus_pr_k", "r_pr_k__qk_erank",
             "r_qk_erank__attn_entropy", "link_recurs"]
     return pd.DataFrame(rows)[cols]
 
 
 def sentence(c: CheckpointsResult) -> str:
-    """How many fitted series have a positive slope and where the link recurs; duplicates left out."""
-    text = (
+    """What was probed (public Hub series or local checkpoints), how many fitted series have a
+    positive slope and where the link recurs; duplicates left out."""
+    probed = "; ".join(f"{name} ({s.n_revisions} revisions, {'Hub: ' if s.public else ''}{s.source})"
+                       for name, s in c.series.items())
+    public = sum(s.public for s in c.series.values())
+    text = f"Probed: {probed}. "
+    if not public:
+        text += ("None of these is one of the paper's public checkpoint series, so the scorecard leaves "
+                 "the paper's Appendix A claims not measured; the fits below describe the probed series only. ")
+    text += (
         f"The slope of layer-mean pr_q − pr_k on progress is positive in {c.positive_series} of "
         f"{c.n_fitted_series} series with ≥ 3 revisions; the pr_k → qk_erank → attn_entropy link "
         f"(both correlations positive) recurs in {c.link_recurs_series} of them."
@@ -143,14 +158,15 @@ def sentence(c: CheckpointsResult) -> str:
 
 
 class Checkpoints(Section[CheckpointsResult]):
-    """The paper's Appendix A over public checkpoint series."""
+    """The paper's Appendix A over the probed checkpoint series (public ones, or local ones such as
+    the demo's tiny series: the prose says which)."""
 
     name = "checkpoints"
-    heading = "Appendix A — public checkpoint series"
+    heading = "Appendix A — checkpoint series"
     reads = ("checkpoints",)
     table_names = ("appendixA_checkpoints",)
     figures = (Figure("figA_checkpoints", "Figure A — layer-mean PR_Q − PR_K against training progress per "
-                      "checkpoint series", "sweep.report.figures:figA_checkpoints"),)
+                      "probed checkpoint series", "sweep.report.figures:figA_checkpoints"),)
 
     def compute(self, data: Inputs) -> Computed[CheckpointsResult]:
         return compute_checkpoints(data.checkpoints)

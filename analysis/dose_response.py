@@ -281,6 +281,10 @@ def sentences(d: DoseResponse) -> list[str]:
     return out
 
 
+#: both sides of a dose–response row (the paper has none)
+_KIND = "correlation: Spearman ρ of the Δ vs matched none with the strength"
+
+
 def dose_claims(an: Analysis) -> list[claims.Claim]:
     """One scorecard row per swept condition and predicted metric, with the section's own ρ and
     interval (``Claim.computed``): the statistic is not a mean over seeds."""
@@ -296,10 +300,10 @@ def dose_claims(an: Analysis) -> list[claims.Claim]:
             cid = f"dose_response.{c.condition}.{m.metric}"
             if m.rho is None:
                 out.append(claims.Claim(cid, "dose_response", text, "— (not in the paper)", expect,
-                                        n_runs=c.n_runs, reason=m.reason))
+                                        n_runs=c.n_runs, reason=m.reason, kind=_KIND))
                 continue
             out.append(claims.Claim(cid, "dose_response", text, "— (not in the paper)", expect, n_runs=c.n_runs,
-                                    note=f"value = ρ over {m.n_pairs} (strength, seed) pairs",
+                                    note=f"{m.n_pairs} (strength, seed) pairs", kind=_KIND,
                                     computed=(m.rho, m.ci_low, m.ci_high, m.n_seeds)))
     return out
 

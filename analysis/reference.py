@@ -56,32 +56,29 @@ PAPER_REFERENCE: dict = {
 }
 
 
-#: The scorecard's "paper" column, per claim id: the paper's value as the paper states it.
-#: (Interventions without an entry read "confidence 1.00"; alignment.final.* is formatted
-#: from ``PAPER_REFERENCE``.)
+#: The scorecard's "paper" column, per claim id: the paper's value of the *same quantity* as the
+#: row's own (``Claim.kind``: a level, a difference, a change, a count, a correlation), with the
+#: numbers it is derived from. Where the paper states only a sign (or a level where the row
+#: measures a change), the text says "sign only". Interventions are formatted in
+#: ``analysis.claims`` from ``PAPER_REFERENCE``; alignment.final.* too.
 PAPER_TEXT: dict[str, str] = {
-    "alignment.initial": "1.0000 vs 0.0498 / ≈0",
-    "alignment.contrast": "0.4530 vs 0.1991 / 0.1895 (Welch p 1.06e-6, g 4.489)",
+    "alignment.initial": "0.975 (1.0000 − mean of 0.0000 and 0.0498)",
+    "alignment.contrast": "0.259 (0.4530 − mean of 0.1991 and 0.1895; Welch p 1.06e-6, g 4.489)",
     "alignment.gap.L4": "0.143",
     "alignment.gap.L8": "0.314",
-    "alignment.gap.growth": "0.314 − 0.143 = 0.171 (4 → 8)",
-    "slopes.pr_q_minus_pr_k": "54/54 = 1.00",
-    "slopes.pr_k": "50/54 = 0.93",
-    "categories.late_mid.qk_erank": "16.34 vs 6.26",
-    "categories.late_mid.pr_q": "24.41 vs 10.52",
-    "categories.early_mid.attn_entropy": "early higher; mid 1.532",
-    "categories.early_mid.qk_erank": "early higher; mid 6.26",
-    "bridge.key_spec__qk_compression": "r = 0.840 (n = 36)",
-    "bridge.qk_compression__entropy_sharpening": "r = 0.769 (n = 36)",
-    "bridge.qk_compression__top1_sharpening": "r = 0.637 (n = 36)",
-    "interventions.forced_k_contraction.attn_entropy": "2.0809, confidence 1.00",
-    "interventions.forced_k_contraction.logit_std": "5.4071, confidence 1.00",
-    "interventions.forced_k_contraction.qk_erank": "6.03, confidence 1.00",
-    "interventions.freeze_k.attn_entropy": "2.6002, confidence 1.00",
-    "interventions.freeze_k.logit_std": "3.2136, confidence 1.00",
-    "interventions.freeze_q.attn_entropy": "softens (↑ entropy)",  # the paper gives no number
+    "alignment.gap.growth": "0.171 (0.143 at 4 → 0.314 at 8 layers)",
+    "slopes.pr_q_minus_pr_k": "1.00 (54/54 traces)",
+    "slopes.pr_k": "0.93 (50/54 traces)",
+    "categories.late_mid.qk_erank": "10.08 (16.34 − 6.26)",
+    "categories.late_mid.pr_q": "13.89 (24.41 − 10.52)",
+    "categories.early_mid.attn_entropy": "> 0, sign only (the paper gives mid's level, 1.532)",
+    "categories.early_mid.qk_erank": "> 0, sign only (the paper gives mid's level, 6.26)",
+    "bridge.key_spec__qk_compression": "0.840 (n = 36 cells)",
+    "bridge.qk_compression__entropy_sharpening": "0.769 (n = 36 cells)",
+    "bridge.qk_compression__top1_sharpening": "0.637 (n = 36 cells)",
+    "interventions.freeze_q.attn_entropy": "> 0, sign only (softens attention; no number)",
     "interventions.val_loss": "1.2066–1.2270",
-    "checkpoints.positive": "1/6 series",
-    "checkpoints.link": "4/6 series",
+    "checkpoints.positive": "0.17 (1/6 series)",
+    "checkpoints.link": "0.67 (4/6 series)",
     "checkpoints.gpt2_burst": "burst, then decay",
 }

@@ -45,17 +45,40 @@ from analysis.compute import Analysis, sections
 from analysis.primitives import to_jsonable
 from analysis.section import Result
 
+#: Above the table: what each verdict means.
+LEGEND = (
+    "Verdicts: **reproduced** = the expected direction holds and the 95 % interval excludes the "
+    "opposite; **direction only** = the direction holds, the interval does not exclude the opposite; "
+    "**not reproduced** = the direction does not hold; **not measured** = this store lacks what the "
+    "claim needs (the note says why). Each row compares one quantity, named in its *quantity* "
+    "column (a level, a difference, a change, a count, a correlation), on both sides in the same units."
+)
+#: Said once, above the table, when some row rests on two seeds.
+TWO_SEEDS = (
+    "Rows with n = 2 seeds: the interval is about the range between the two seeds' own values, so "
+    "`reproduced` there means each seed alone shows the direction — a weak check."
+)
+#: Below the table: how the interval is computed.
 METHOD_NOTE = (
     "Interval: 95 % percentile bootstrap over whole seeds (scipy.stats.bootstrap, "
     f"{N_RESAMPLES} resamples, fixed generator); each claim's statistic is computed per seed "
     "first, and seed-averaged traces are re-averaged over the resampled seeds. Appendix A "
-    "rows resample checkpoint series (they have no seeds). With 1 unit there is no interval; "
-    "with 2 seeds the interval is about the range between the two seeds' own values, so "
-    "`reproduced` means each seed alone shows the direction — a weak check. Verdicts: "
-    "`reproduced` = direction holds and the interval excludes the opposite; `direction only` "
-    "= direction holds, interval does not exclude the opposite; `not reproduced` = direction "
-    "does not hold; `not measured` = the store lacks the data (reason given)."
+    "rows resample checkpoint series (they have no seeds). With 1 unit there is no interval."
 )
+
+
+#: stats.json's ``scorecard_method``: all of the above.
+METHOD_TEXT = f"{LEGEND} {TWO_SEEDS} {METHOD_NOTE}"
+
+
+def units(n: int, unit: str) -> str:
+    """``1 seed``, ``2 seeds``, ``1 series``, ``3 series`` (``unit`` is the plural)."""
+    return f"{n} {unit[:-1] if n == 1 and unit.endswith('s') and unit != 'series' else unit}"
+
+
+def two_seed_rows(rows: list[dict]) -> bool:
+    """Some measured row rests on exactly two seeds (then :data:`TWO_SEEDS` is said, once)."""
+    return any(r["n"] == 2 and r["unit"] == "seeds" and r["value"] is not None for r in rows)
 
 
 @dataclass
@@ -66,7 +89,8 @@ class ScorecardRow:
     id: str
     section: str  # the registered section the claim belongs to
     claim: str
-    paper: str  # the paper's value, as the paper states it
+    paper: str  # the paper's value of the same quantity (``kind``), with what it is derived from
+    kind: str  # what both sides are: "change: final − initial qk_alignment" (``analysis.claims.KINDS``)
     expected: str  # the expected direction, e.g. "> 0"
     value: float | None
     ci_low: float | None
@@ -108,9 +132,7 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
                 reason = "the statistic is undefined on this store (constant or too few values)"
         notes = [c.note] if c.note else []
         if value is not None and n < 2:
-            notes.append(f"{n} {c.unit[:-1] if n == 1 else c.unit}: no interval")
-        elif value is not None and n == 2:
-            notes.append("2 seeds: interval ≈ range of the two seeds")
+            notes.append(f"{units(n, c.unit)}: no interval")
         spread = within = None
         if c.spread is not None:
             spread = f"{c.spread[0]:.4g}–{c.spread[1]:.4g}"
@@ -118,7 +140,7 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
             if paper_scale and level is not None:
                 within = bool(c.spread[0] <= level <= c.spread[1])
         rows.append(ScorecardRow(
-            preset=preset, id=c.id, section=c.section, claim=c.claim, paper=c.paper,
+            preset=preset, id=c.id, section=c.section, claim=c.claim, paper=c.paper, kind=c.kind,
             expected=c.expect.text(), value=value, ci_low=lo, ci_high=hi, n=n,
             unit=c.unit, n_runs=c.n_runs, verdict=verdict(value, lo, hi, c.expect),
             reason=reason if value is None else ("; ".join(notes) or None),
@@ -133,18 +155,21 @@ def num(v: float | None, fmt: str = ".3g") -> str:
 
 
 def render_markdown(rows: list[dict], paper_scale: bool) -> list[str]:
-    """The scorecard as a Markdown table plus the method note (lines), from stats.json's rows."""
-    head = ["claim", "paper", "this store [95 % CI]", "n", "expected", "verdict"]
+    """The scorecard (lines, from stats.json's rows): the verdict legend and, when some row has two
+    seeds, that caveat once; the table; the method note and the summary."""
+    head = ["claim", "quantity", "paper", "this store [95 % CI]", "n", "expected", "verdict"]
     if paper_scale:
         head.append("within paper spread")
     head.append("note")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [LEGEND, ""] + ([TWO_SEEDS, ""] if two_seed_rows(rows) else [])
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         val = num(r["value"])
         if r["ci_low"] is not None:
             val += f" [{num(r['ci_low'])}, {num(r['ci_high'])}]"
         verdict_txt = f"**{r['verdict']}**" + (" ⚠" if r["skipped_files"] else "")
-        cells = [r["claim"], r["paper"], val, f"{r['n']} {r['unit']}" if r["n"] else "—", r["expected"], verdict_txt]
+        cells = [r["claim"], r.get("kind") or "—", r["paper"], val, units(r["n"], r["unit"]) if r["n"] else "—",
+                 r["expected"], verdict_txt]
         if paper_scale:
             w = r["within_paper_spread"]
             cells.append("—" if w is None else f"{'yes' if w else 'no'} ({r['paper_spread']})")
@@ -160,7 +185,8 @@ def render_markdown(rows: list[dict], paper_scale: bool) -> list[str]:
 
 
 def render_text(rows: list[dict]) -> list[str]:
-    """A compact plain-text scorecard for the terminal (one line per claim)."""
+    """A compact plain-text scorecard for the terminal (one line per claim; :func:`text_notes` go
+    above it)."""
     out = []
     for r in rows:
         val = num(r["value"])
@@ -168,7 +194,17 @@ def render_text(rows: list[dict]) -> list[str]:
             val += f" [{num(r['ci_low'])}, {num(r['ci_high'])}]"
         flag = " (unreadable store files)" if r["skipped_files"] else ""
         extra = f" — {r['reason']}" if r["verdict"] == "not measured" and r["reason"] else ""
-        out.append(f"{r['verdict']:<15} {r['claim']}: paper {r['paper']}; here {val}{flag}{extra}")
+        kind = f" [{r['kind']}]" if r.get("kind") else ""
+        out.append(f"{r['verdict']:<15} {r['claim']}{kind}: paper {r['paper']}; here {val}{flag}{extra}")
+    return out
+
+
+def text_notes(rows: list[dict]) -> list[str]:
+    """The terminal's legend above the rows, and the two-seed caveat once when it applies."""
+    out = ["verdicts: reproduced (direction holds, interval excludes the opposite) · direction only · "
+           "not reproduced · not measured (reason given); [brackets]: the quantity both sides are"]
+    if two_seed_rows(rows):
+        out.append("n = 2 seeds: the interval is about the two seeds' range, so `reproduced` is a weak check")
     return out
 
 
@@ -180,7 +216,7 @@ class ScorecardResult(Result):
     paper_scale: bool
 
     def to_json(self) -> dict[str, object]:
-        return {"scorecard": to_jsonable(self.rows), "scorecard_method": METHOD_NOTE}
+        return {"scorecard": to_jsonable(self.rows), "scorecard_method": METHOD_TEXT}
 
 
 class Scorecard:

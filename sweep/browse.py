@@ -4,7 +4,9 @@ Lists every trial (status, cell, epochs done, last metrics) from Tune's own
 experiment state via ``tune.ExperimentAnalysis``; ``--trial`` shows one
 trial's per-epoch history (a pack's: one row per member and epoch). A pack's
 row lists its members' inits and seeds and its size (``pack``). EXPERIMENT is an experiment folder (local or
-``s3://``); by default the most recently changed one under ``--storage``.
+``s3://``); by default the most recently changed one under ``--storage``. A local path may be
+relative to the working directory: it is made absolute before Tune reads it (Tune takes only
+absolute paths and URIs).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from sweep.cli import UsageError, existing_path, parser, run_cli
+from sweep.ray_env import absolute_uri
 from sweep.spec import RunIdentity, runs_of
 
 #: a trial's cell (``sweep.spec.TrialSpec.cell``) as Tune flattens it; experiments started before the run
@@ -28,14 +31,22 @@ V1_CELL_COLUMNS = {"config/cell/intervention": "condition", **{f"config/cell/{k}
 METRIC_COLUMNS = ["epoch", "status", "val_loss", "qk_alignment", "pr_q", "pr_k", "attn_entropy"]
 
 
+def experiment_analysis(path: str):
+    """``tune.ExperimentAnalysis`` of an experiment folder given as a URI or a local path,
+    relative ones included (``runs/ray/baseline-demo`` from the repository root)."""
+    from ray import tune
+
+    return tune.ExperimentAnalysis(absolute_uri(path))
+
+
 def latest_experiment(storage: str) -> str:
-    """The most recently modified experiment folder under a local storage path."""
+    """The most recently modified experiment folder under a local storage path (absolute)."""
     root = Path(storage)
     candidates = [p for p in root.glob("*") if p.is_dir() and any(p.glob("experiment_state-*.json"))]
     if not candidates:
         raise UsageError(f"--storage {storage}: no Tune experiment under {root.resolve()}; "
                          "run a sweep first or pass the experiment path")
-    return str(max(candidates, key=lambda p: p.stat().st_mtime))
+    return absolute_uri(str(max(candidates, key=lambda p: p.stat().st_mtime)))
 
 
 def trials_table(analysis) -> pd.DataFrame:
@@ -102,10 +113,8 @@ def _main(args: argparse.Namespace) -> None:
         if "://" not in args.experiment and not any(Path(args.experiment).glob("experiment_state-*.json")):
             raise UsageError(f"experiment {args.experiment}: not a Tune experiment folder "
                              "(no experiment_state-*.json)")
-    from ray import tune
-
-    path = args.experiment or latest_experiment(args.storage)
-    analysis = tune.ExperimentAnalysis(path)
+    path = absolute_uri(args.experiment) if args.experiment else latest_experiment(args.storage)
+    analysis = experiment_analysis(path)
     fmt = {"float_format": lambda v: f"{v:.4f}", "index": False}
     if args.trial:
         print(trial_history(analysis, args.trial).to_string(**fmt))

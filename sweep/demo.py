@@ -78,6 +78,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tiny-series", default="runs/tiny-series", help="where the tiny checkpoint series is built")
     p.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance, >= 1 (default: all)")
+    p.add_argument("--progress-tables", action="store_true",
+                   help="print Tune's full trial status table at every report (default: one progress line)")
     return p.parse_args(argv)
 
 
@@ -140,14 +142,14 @@ def _main(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         errored = exit_status(run_sweep(baseline, SweepSettings(
             f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins, trackers=trackers,
-            tracker_dir=args.tracker_dir, name_given=False)))
+            tracker_dir=args.tracker_dir, name_given=False, progress_tables=args.progress_tables)))
         measured["baseline"] = time.perf_counter() - t
         print(f"\n== 2/4 interventions ({preset} preset, {len(interventions.seeds)} seeds) · {_elapsed(t0)} ==",
               flush=True)
         t = time.perf_counter()
         errored |= exit_status(run_sweep(interventions, SweepSettings(
             f"interventions-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins,
-            trackers=trackers, tracker_dir=args.tracker_dir, name_given=False)))
+            trackers=trackers, tracker_dir=args.tracker_dir, name_given=False, progress_tables=args.progress_tables)))
         measured["interventions"] = time.perf_counter() - t
         if args.dry_run:
             print("\n== 3/4 checkpoint extension and 4/4 report: not run (dry run) ==")

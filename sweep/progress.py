@@ -1,4 +1,5 @@
-"""Tune's progress table plus one line of elapsed and remaining time.
+"""The sweep's progress on the console: by default one line per report (trials by status,
+elapsed and remaining time); ``--progress-tables`` brings back Tune's full status table above it.
 
 The estimate counts epochs: every trial of a sweep has the same schedule, so
 ``done / total`` epochs over the elapsed time gives the rate. Epoch 0 (the
@@ -36,22 +37,42 @@ def eta_line(epochs_done: int, epochs_total: int, elapsed: float, epochs_at_star
     return f"{head} · about {format_duration(left)} left"
 
 
-class EtaReporter(tune.CLIReporter):
-    """A ``CLIReporter`` whose every report ends with :func:`eta_line`."""
+def status_counts(statuses: list[str]) -> str:
+    """``2 running · 5 done · 11 pending`` (Tune's statuses, in that order; zero counts left out)."""
+    names = {"RUNNING": "running", "TERMINATED": "done", "PENDING": "pending", "PAUSED": "paused",
+             "ERROR": "failed"}
+    counts = {label: sum(s == status for s in statuses) for status, label in names.items()}
+    other = len(statuses) - sum(counts.values())
+    if other:
+        counts["other"] = other
+    return " · ".join(f"{n} {label}" for label, n in counts.items() if n)
 
-    def __init__(self, *args, epochs_per_trial: int, n_trials: int, **kwargs) -> None:
+
+def progress_line(statuses: list[str], eta: str) -> str:
+    """``trials 2 running · 5 done · 11 pending of 18 · elapsed … · 40/360 epochs · about 3 min left``."""
+    return f"trials {status_counts(statuses)} of {len(statuses)} · {eta}"
+
+
+class EtaReporter(tune.CLIReporter):
+    """A ``CLIReporter`` that prints :func:`progress_line` per report: one line by default,
+    below Tune's status table with ``tables=True`` (``--progress-tables``)."""
+
+    def __init__(self, *args, epochs_per_trial: int, n_trials: int, tables: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self._tables = tables
         self._epochs_total = epochs_per_trial * n_trials
         self._epochs_per_trial = epochs_per_trial
         self._t0 = time.monotonic()
         self._at_start: int | None = None
 
     def report(self, trials, done: bool, *sys_info: str) -> None:
-        super().report(trials, done, *sys_info)
+        if self._tables:
+            super().report(trials, done, *sys_info)
         finished = ("TERMINATED",)
         epochs = sum(self._epochs_per_trial if t.status in finished
                      else int((t.last_result or {}).get("epoch") or 0) for t in trials)
         epochs = min(epochs, self._epochs_total)
         if self._at_start is None:
             self._at_start = epochs
-        self._print(eta_line(epochs, self._epochs_total, time.monotonic() - self._t0, self._at_start))
+        eta = eta_line(epochs, self._epochs_total, time.monotonic() - self._t0, self._at_start)
+        self._print(eta if self._tables else progress_line([t.status for t in trials], eta))

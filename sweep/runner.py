@@ -80,6 +80,8 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     g.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance, >= 1 (default: all)")
     g.add_argument("--num-gpus", type=int, help="GPUs of the local Ray instance, >= 0 (default: the CUDA "
                    "devices here); logical ones work for planning and tests (trials then train on the CPU)")
+    g.add_argument("--progress-tables", action="store_true",
+                   help="print Tune's full trial status table at every report (default: one progress line)")
     g.add_argument("--resume", action="store_true",
                    help="continue an interrupted experiment (also automatic when one exists)")
     g.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
@@ -109,6 +111,7 @@ class SweepSettings:
     tracker_dir: str | None = None  # --tracker-dir: their local files (None: beside a local store)
     retry_deterministic: bool = False  # --retry-deterministic: retry an error that repeats (no fail-fast)
     name_given: bool = True  # --name was given (it wins over MLFLOW_EXPERIMENT_NAME / WANDB_RUN_GROUP)
+    progress_tables: bool = False  # --progress-tables: Tune's status table at every report, not one line
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
@@ -130,7 +133,8 @@ def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSett
     return SweepSettings(name, trial, args.address, args.num_cpus, args.max_concurrent, args.max_failures,
                          args.resume, args.num_gpus, pack_request("--pack", args.pack), args.dry_run,
                          fault_from_args(args, name), Plugins.from_args(args), trackers_from_args(args),
-                         args.tracker_dir, args.retry_deterministic, args.name is not None)
+                         args.tracker_dir, args.retry_deterministic, args.name is not None,
+                         args.progress_tables)
 
 
 def prepare_corpus(preset: Preset) -> Corpus:
@@ -140,7 +144,7 @@ def prepare_corpus(preset: Preset) -> Corpus:
     return replace(corpus, train=np.ascontiguousarray(corpus.train), val=np.ascontiguousarray(corpus.val))
 
 
-def _reporter(preset: Preset, n_trials: int, packed: bool):
+def _reporter(preset: Preset, n_trials: int, packed: bool, tables: bool = False):
     names = ["init", "depth", "seed"]
     if preset.conditions != (CONTROL,):
         names.insert(0, "condition")
@@ -152,7 +156,7 @@ def _reporter(preset: Preset, n_trials: int, packed: bool):
     from sweep.progress import EtaReporter
 
     return EtaReporter(
-        epochs_per_trial=preset.train.epochs, n_trials=n_trials,
+        epochs_per_trial=preset.train.epochs, n_trials=n_trials, tables=tables,
         parameter_columns=cell, max_column_length=24,
         metric_columns={"epoch": "epoch", "val_loss": "val loss", "qk_alignment": "align",
                         "attn_entropy": "entropy", "status": "status"},
@@ -315,7 +319,8 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                                             trial_dirname_creator=_trial_dirname),
                 run_config=tune.RunConfig(
                     name=name, storage_path=storage, verbose=1,
-                    progress_reporter=_reporter(preset, len(packs), any(p.size > 1 for p in packs)),
+                    progress_reporter=_reporter(preset, len(packs), any(p.size > 1 for p in packs),
+                                                settings.progress_tables),
                     failure_config=tune.FailureConfig(max_failures=settings.max_failures),
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                     # sends each trial's stored rows to --tracker's trackers (none: does nothing)

@@ -1,4 +1,4 @@
-"""``python -m sweep.tiny_series``, the README's command: the module is sweep/extension/tiny_series.py.
+"""``python -m sweep.tiny_series``, the docs' command (docs/checkpoints.md): the module is sweep/extension/tiny_series.py.
 
 Kept only so that the command keeps working; import from ``sweep.extension.tiny_series``.
 """

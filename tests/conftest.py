@@ -8,11 +8,12 @@ entry module (``test_sweep_runner.py``, ``test_sweep_extension_pool.py``). A sec
 one module carries a suffix naming what sets it apart: ``_s3`` (moto's S3 server),
 ``_reference`` (bench's plain training loop), ``_toy`` (a toy per-layer metric added to
 ``metrics.columns`` and followed to the store and the report). Not named after one module: ``test_plugins.py``
-(README's worked example; model/plugins.py), ``test_security.py`` (untrusted pickles across
+(docs/extending.md's worked example; model/plugins.py), ``test_security.py`` (untrusted pickles across
 trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/),
 ``test_cluster_yaml.py`` and ``test_ray_auth.py`` (the cluster launcher files and Ray's token
-auth), ``test_lock.py`` (requirements.lock against pyproject.toml) and ``test_docs.py``
-(docs/SPEC.md: every "SPEC §n" in the code resolves). Helpers shared by several files are plain modules without the ``test_`` prefix
+auth), ``test_lock.py`` (requirements.lock against pyproject.toml), ``test_docs.py``
+(docs/SPEC.md: every "SPEC §n" in the code resolves) and ``test_docs_blocks.py`` (every bash and
+python block of README.md and docs/*.md runs). Helpers shared by several files are plain modules without the ``test_`` prefix
 (``helpers.py``, ``store_helpers.py``, ``intervention_helpers.py``, ``extension_helpers.py``,
 ``sweep_helpers.py``, ``hf_trace_helpers.py``, ``s3_server.py``, ``plugin_toy.py``,
 ``probe_helpers.py``: today's per-layer probe, the batched probe's reference;

@@ -116,7 +116,7 @@ def test_two_seeds_interval_is_the_range_of_the_seeds():
     per_seed = run.xs("qk_identical", level="init") - (
         run.xs("independent_xavier", level="init") + run.xs("disjoint_support_xavier", level="init")) / 2
     row = rows["alignment.contrast"]
-    assert row["n"] == 2 and "2 seeds" in row["reason"]
+    assert row["n"] == 2 and "2 seeds" not in (row["reason"] or "")  # said once, above the table
     assert row["value"] == pytest.approx(per_seed.mean())
     assert row["ci_low"] == pytest.approx(per_seed.min()) and row["ci_high"] == pytest.approx(per_seed.max())
     assert row["verdict"] == ("reproduced" if per_seed.min() > 0 else "direction only")
@@ -128,3 +128,49 @@ def test_paper_store_checks_the_paper_spread():
     # planted coupled final 0.25 + 0.03·depth ≈ 0.43 (inside 0.453 ± 0.095); uncoupled 0.19 / 0.20
     for init in ("qk_identical", "independent_xavier", "disjoint_support_xavier"):
         assert rows[f"alignment.final.{init}"]["within_paper_spread"] is True, init
+
+
+# --- what each row measured, said once and in the same units (issue 35) -------------------------
+
+
+def test_local_checkpoint_series_leave_the_public_series_claims_not_measured():
+    tb = make_synthetic_store(n_seeds=2, epochs=5, preset="demo", interventions=False)
+    public = _rows(tb, preset="demo")
+    assert public["checkpoints.positive"]["verdict"] != "not measured"  # Hub repos: measured
+    tb["checkpoints"] = tb["checkpoints"].assign(repo=None)  # a manifest `path`, like the demo's tiny series
+    local = _rows(tb, preset="demo")
+    for cid in ("checkpoints.positive", "checkpoints.link"):
+        assert local[cid]["verdict"] == "not measured" and local[cid]["value"] is None
+        assert "local checkpoints, not the paper's public series" in local[cid]["reason"]
+    from analysis.checkpoints import sentence
+
+    c = compute_all(tb).results["checkpoints"]
+    assert not any(s.public for s in c.series.values())
+    assert sentence(c).startswith("Probed: ") and "local files" in sentence(c)
+
+
+def test_every_row_names_its_quantity_and_the_paper_states_the_same_one():
+    from analysis.claims import KINDS
+
+    rows = _rows(make_synthetic_store(n_seeds=3, epochs=9, iv_epochs=5))
+    for r in rows.values():
+        assert r["kind"].split(":")[0].split()[0] in KINDS, (r["id"], r["kind"])
+    iv = rows["interventions.forced_k_contraction.attn_entropy"]
+    assert iv["kind"].startswith("change") and iv["paper"].startswith("Δ < 0, sign only")
+    assert "2.0809" in iv["paper"] and "not the Δ" in iv["paper"]
+    fin = rows["alignment.final.qk_identical"]
+    assert fin["kind"].startswith("change") and fin["paper"].startswith("-0.5470")
+
+
+def test_units_and_the_legend_above_the_table():
+    assert [sc.units(1, "seeds"), sc.units(2, "seeds"), sc.units(1, "series"), sc.units(3, "series")] == [
+        "1 seed", "2 seeds", "1 series", "3 series"]
+    rows = list(_rows(make_synthetic_store(n_seeds=2, epochs=5, preset="demo", interventions=False),
+                      preset="demo").values())
+    md = sc.render_markdown(rows, paper_scale=False)
+    table = next(i for i, line in enumerate(md) if line.startswith("| claim"))
+    assert md.index(sc.LEGEND) < table and md.index(sc.TWO_SEEDS) < table
+    assert "\n".join(md).count("two seeds' own values") == 1 and "serie " not in "\n".join(md)
+    three = list(_rows(make_synthetic_store(n_seeds=3, epochs=5, preset="demo", interventions=False),
+                       preset="demo").values())
+    assert sc.TWO_SEEDS not in sc.render_markdown(three, paper_scale=False)

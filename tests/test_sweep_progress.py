@@ -23,3 +23,47 @@ def test_eta_counts_only_epochs_trained_since_a_resume():
 def test_no_estimate_before_the_first_epoch():
     assert eta_line(0, 720, 5.0).endswith("remaining time: after the first epoch")
     assert eta_line(360, 720, 5.0, epochs_at_start=360).endswith("after the first epoch")
+
+
+# --- the reporter: one line by default, Tune's table with --progress-tables (issue 35) -----------
+
+class _Trial:
+    def __init__(self, status: str, epoch: int | None = None) -> None:
+        self.status, self.last_result = status, ({"epoch": epoch} if epoch is not None else {})
+
+
+TRIALS = [_Trial("TERMINATED"), _Trial("RUNNING", 2), _Trial("RUNNING", 1), _Trial("PENDING")]
+
+
+def test_status_counts_and_progress_line():
+    from sweep.progress import progress_line, status_counts
+
+    assert status_counts([t.status for t in TRIALS]) == "2 running · 1 done · 1 pending"
+    assert status_counts(["ERROR", "WEIRD"]) == "1 failed · 1 other"
+    assert progress_line(["PENDING"], "elapsed 0 s") == "trials 1 pending of 1 · elapsed 0 s"
+
+
+def test_reporter_is_one_line_by_default(capsys, monkeypatch):
+    from ray import tune
+
+    from sweep.progress import EtaReporter
+
+    tables = []
+    monkeypatch.setattr(tune.CLIReporter, "report", lambda self, *a: tables.append(a))
+    EtaReporter(epochs_per_trial=4, n_trials=4).report(TRIALS, False)
+    out = capsys.readouterr().out.splitlines()
+    assert tables == [] and len(out) == 1
+    # 4 (done) + 2 + 1 of 16 epochs, none trained since the start: no estimate yet
+    assert out[0].startswith("trials 2 running · 1 done · 1 pending of 4 · elapsed ") and "7/16 epochs" in out[0]
+
+    EtaReporter(epochs_per_trial=4, n_trials=4, tables=True).report(TRIALS, False)
+    out = capsys.readouterr().out.splitlines()
+    assert len(tables) == 1 and len(out) == 1 and out[0].startswith("elapsed ")  # the table, then the eta
+
+
+def test_progress_tables_flag_reaches_the_settings():
+    from sweep import baseline
+    from sweep.runner import settings_from_args
+
+    for flags, want in (([], False), (["--progress-tables"], True)):
+        assert settings_from_args(baseline.parse(flags), "x").progress_tables is want

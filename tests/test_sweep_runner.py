@@ -333,9 +333,9 @@ def test_dose_response_sweep_writes_one_cell_per_strength(local_ray, tmp_path):
         assert losses[base.format(s, "forced_k_contraction.lam0")] == losses[base.format(s, "none")]
 
 
-def _run(*argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+def _run(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=120)
 
 
@@ -366,6 +366,26 @@ def test_browse_latest_and_unknown_trial(failed_once, capsys):
         browse.main([str(tmp / "ray" / "failure"), "--trial", "no-such-trial"])
     with pytest.raises(SystemExit, match="no Tune experiment"):
         browse.main(["--storage", str(tmp / "nothing")])
+
+
+def test_browse_relative_paths_from_another_directory(failed_once, tmp_path):
+    """Tune reads only absolute paths and URIs: browse resolves relative ones first (issue 35)."""
+    tmp, _, _ = failed_once
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "runs").symlink_to(tmp)  # runs/ray/failure, as the default --storage runs/ray expects
+    for argv in (["runs/ray/failure"], [], ["--storage", "runs/ray"]):
+        out = _run("-m", "sweep.browse", *argv, cwd=elsewhere)
+        assert out.returncode == 0, (argv, out.stderr)
+        assert "1 trials" in out.stdout and "independent_xavier" in out.stdout, argv
+    from sweep.browse import experiment_analysis  # what README.md's snippet may use
+
+    cwd = os.getcwd()
+    try:
+        os.chdir(elsewhere)
+        assert len(experiment_analysis("runs/ray/failure").trials) == 1
+    finally:
+        os.chdir(cwd)
 
 
 # --- the driver dies mid-sweep; --resume finishes it ------------------------------------------

@@ -123,7 +123,7 @@ def print_scorecard(s: dict) -> None:
         counts = ", ".join(f"{v} {sum(r['verdict'] == v for r in mine)}" for v in sc.VERDICTS)
         print(f"\nreproduction scorecard, preset {name} ({counts}):")
         one = (s.get("by_preset") or {}).get(name, s)
-        for note in (one.get("preset_notes") or {}).get(name, []):
+        for note in [*(one.get("preset_notes") or {}).get(name, []), *sc.text_notes(mine)]:
             print(f"  note: {note}")
         for line in sc.render_text(mine):
             print("  " + line)

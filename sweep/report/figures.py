@@ -202,7 +202,7 @@ def figA_checkpoints(an: Analysis, out: Path) -> list[Path]:
         ax.set_ylabel("PR$_Q$ − PR$_K$ (dims, layer mean)")
         ax.set_xlim(-0.02, 1.02)
         ax.legend(loc="best")
-        ax.set_title("Figure A. Query–key participation gap across public checkpoints")
+        ax.set_title("Figure A. Query–key participation gap across the probed checkpoint series")
         fig.tight_layout()
         return _save(fig, out, "figA_checkpoints")
 

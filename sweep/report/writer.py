@@ -188,7 +188,7 @@ def build_report(
         "presets": present,
         "by_preset": by_preset,
         "scorecard": [row for p in present for row in by_preset[p]["scorecard"]],
-        "scorecard_method": sc.METHOD_NOTE,
+        "scorecard_method": sc.METHOD_TEXT,
         "skipped_files": skipped,
         "missing": {},
         "notes": [f"the store holds presets {', '.join(present)}: each is reported separately"],
