@@ -103,6 +103,9 @@ class SweepSettings:
     plugins: Plugins = Plugins()  # --plugin modules: every trial imports them first
     trackers: tuple[str, ...] = ()  # --tracker: experiment trackers every run is logged to, live
     tracker_dir: str | None = None  # --tracker-dir: their local files (None: beside a local store)
+    #: a round of ``--seeds auto`` (``sweep.sequential``): an experiment whose newest state holds other
+    #: runs than this grid's gets a new experiment state in the same folder instead of being resumed
+    extend: bool = False
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
@@ -240,6 +243,9 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     if restorable:  # a run spec version this code cannot read stops here, before anything restarts
         trials = experiment_trials(path)
         version = check_versions([t.config for t in trials], path)
+        if settings.extend and {r.run_id for t in trials for r in runs_of(t.config)} != {c.run_id for c in cells}:
+            restorable = False  # a new round: its trials start a new experiment state in the folder
+            print(f"[{name}] a new round of the experiment at {path}: {len(cells)} runs added")
     store.check_writable()  # a clear error now rather than in every trial
     if storage != store_uri:  # Tune's storage too, before Ray starts (a missing bucket, a typo)
         try:
