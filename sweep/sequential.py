@@ -116,6 +116,11 @@ def final_outcomes(store, preset: Preset, cells: list[Cell]) -> dict[str, dict[s
     return {rid: {m: float(v) for m, v in r.items()} for rid, r in means.iterrows()}
 
 
+def _is_control(strengths: tuple[tuple[str, float], ...]) -> bool:
+    """A strength cell whose every strength is 0 trains the ``none`` run itself (SPEC §5): nothing to decide."""
+    return bool(strengths) and all(v == 0 for _, v in strengths)
+
+
 def claim_decisions(preset: Preset, seeds: tuple[int, ...], design: Design,
                     outcomes: dict[str, dict[str, float]]) -> dict[tuple, dict[str, Decision]]:
     """Each unit's claims decided on the paired Δ of its first seeds (a prefix of ``seeds`` with
@@ -125,7 +130,7 @@ def claim_decisions(preset: Preset, seeds: tuple[int, ...], design: Design,
     control = {(c.init, c.depth, c.seed): c.run_id for c in full.cells() if c.condition == CONTROL}
     by_unit: dict[tuple, list[Cell]] = {}
     for c in full.cells():
-        if c.condition != CONTROL and vocab.predicted(c.condition):
+        if c.condition != CONTROL and vocab.predicted(c.condition) and not _is_control(c.strengths):
             by_unit.setdefault(_unit(c), []).append(c)
     for unit, cells in by_unit.items():
         diffs: dict[str, list[float]] = {m: [] for m in vocab.predicted(unit[0])}

@@ -16,6 +16,7 @@ from model.plugins import add_plugin_flag, preload
 from sweep.cli import DEFAULT_STORE, UsageError, parser, run_cli
 from sweep.report.inputs import load_tables
 from sweep.report.prose import headline
+from sweep.report.sequential import load_records
 from sweep.report.writer import PresetNotInStore, build_report
 from sweep.store import Store, StoreError
 
@@ -73,13 +74,15 @@ def write_report(store: str, out: str, preset: str | None = None, figures: bool 
     target = output_target(out)
     skipped: list[dict] = []
     tables = load_tables(store, skipped)
+    sequential = load_records(store)  # --seeds auto's decisions, per claim
     try:
         if target is None:
             s = build_report(tables, Path(out.removeprefix("file://")), figures=figures, preset=preset,
-                             skipped_files=skipped)
+                             skipped_files=skipped, sequential=sequential)
         else:
             with tempfile.TemporaryDirectory(prefix="qkgeom-report-") as tmp:
-                s = build_report(tables, Path(tmp), figures=figures, preset=preset, skipped_files=skipped)
+                s = build_report(tables, Path(tmp), figures=figures, preset=preset, skipped_files=skipped,
+                                 sequential=sequential)
                 write_outputs(Path(tmp), target)
     except PresetNotInStore as exc:
         raise UsageError(str(exc)) from None
