@@ -3,7 +3,7 @@
 Pure numpy/scipy, no Ray. A claim is one (condition, metric, predicted direction) on the paired
 final-epoch differences to the matched ``none`` runs, ``x`` of shape [n_seeds] in seed order.
 
-Design (Lan & DeMets 1983; Jennison & Turnbull 2000, §§3.8, 7.2): looks at ``n_1 < … < n_K``
+Design (Lan & DeMets 1983; Jennison & Turnbull 2000, sections 3.8 and 7.2): looks at ``n_1 < … < n_K``
 seeds (``look_schedule``); the two-sided error α is spent over the looks with the Lan–DeMets
 Pocock-type function ``α(τ) = α · ln(1 + (e − 1) τ)``, ``τ_k = n_k / n_K``. Look k rejects when
 the one-sample t statistic ``T_k = mean / (sd / sqrt(n_k))`` of the first n_k differences has
@@ -13,7 +13,7 @@ the one-sample t statistic ``T_k = mean / (sd / sqrt(n_k))`` of the first n_k di
 
 That law is pivotal (free of the spread σ for normal differences) but has no closed form, and
 scipy has none: the "significance level approach" (normal-theory boundaries from
-``scipy.stats.multivariate_normal``, applied as nominal t levels, J&T §3.8) gave an error of
+``scipy.stats.multivariate_normal``, applied as nominal t levels, J&T section 3.8) gave an error of
 0.0566 at looks 3, 5, 7, 10 (LOG.md), so the boundaries are set on ``CALIBRATION_PATHS``
 simulated null paths with a fixed generator (the same design every run; Monte-Carlo error of α
 ≈ 0.0003). Each look's nominal p-level is ``2 · t.sf(c_k, n_k − 1)`` (``scipy.stats.t``). The
