@@ -198,6 +198,12 @@ def run_auto(preset: Preset, settings, auto: AutoSeeds) -> pd.DataFrame:
         say("dry run: nothing trained, nothing written")
         return pd.DataFrame()
     active = [c for c in conds if c not in undecidable]
+    if settings.resume:  # the rounds resume by themselves; --resume insists that an experiment exists
+        from ray import tune
+
+        path = f"{absolute_uri(settings.trial.storage).rstrip('/')}/{name}"
+        if not tune.Tuner.can_restore(path):
+            raise UsageError(f"--resume: no restorable experiment at {path}")
     store = Store(absolute_uri(settings.trial.store))
     try:  # one Ray for every round (run_sweep uses a running one and leaves it running)
         frame, used_n = _rounds(preset, settings, design, seeds, store, active, undecidable, say)

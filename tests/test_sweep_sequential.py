@@ -144,3 +144,30 @@ def test_a_missing_pair_ends_the_prefix():
     del outcomes[lost]
     partial = seq.claim_decisions(DEMO, seeds, design, outcomes)
     assert not partial[unit]["attn_entropy"].decided and partial[unit]["attn_entropy"].n == 0
+
+
+def test_resume_without_an_experiment_is_refused(tmp_path, capsys, no_ray):
+    with pytest.raises(SystemExit) as exit_:
+        interventions.main(["--preset", "smoke", "--seeds", "auto", "--resume", "--store", str(tmp_path / "s"),
+                            "--storage", str(tmp_path / "r")])
+    assert exit_.value.code == 2
+    assert "--resume: no restorable experiment at" in capsys.readouterr().err
+
+
+def test_dry_run_with_strengths_plans_every_strength_cell(capsys, no_ray):
+    interventions.main(["--preset", "demo", "--seeds", "auto", "--max-seeds", "5", "--conditions",
+                        "none,forced_k_contraction", "--strengths", "forced_k_contraction.lam=0,0.05,0.2",
+                        "--dry-run"])
+    out = capsys.readouterr().out
+    # three strength cells + none per seed: 4 runs a seed, 3 + 2 seeds
+    assert "worst case: 20 runs" in out and "a fixed design at 5 seeds: 20 runs" in out
+
+
+def test_strength_cells_have_their_own_claims_but_zero_strength_has_none():
+    from dataclasses import replace
+
+    preset = replace(DEMO, conditions=("none", "forced_k_contraction"),
+                     strengths=(("forced_k_contraction", "lam", (0.0, 0.05, 0.2)),))
+    units = seq.claim_decisions(preset, (7, 37, 42), seq.make_design(5), {})
+    assert sorted(u[1] for u in units) == [(), (("lam", 0.2),)]  # the default cell is ()
+    assert all(set(claims) == {"attn_entropy", "logit_std", "qk_erank"} for claims in units.values())
