@@ -171,3 +171,14 @@ def test_strength_cells_have_their_own_claims_but_zero_strength_has_none():
     units = seq.claim_decisions(preset, (7, 37, 42), seq.make_design(5), {})
     assert sorted(u[1] for u in units) == [(), (("lam", 0.2),)]  # the default cell is ()
     assert all(set(claims) == {"attn_entropy", "logit_std", "qk_erank"} for claims in units.values())
+
+
+def test_demo_checks_its_auto_flags_before_anything(capsys, no_ray):
+    from sweep import demo
+
+    for argv, words in ((["--seeds", "auto", "--max-seeds", "2"], "--max-seeds must be a whole number >= 3"),
+                        (["--alpha", "0.1"], "--alpha 0.1 is read only with --seeds auto")):
+        with pytest.raises(SystemExit) as exit_:
+            demo.main(argv)
+        assert exit_.value.code == 2
+        assert words in capsys.readouterr().err
