@@ -1,7 +1,8 @@
 """``make demo``: the whole study at laptop scale, end to end.
 
 1. ``sweep.baseline --preset demo``   (3 depths × 3 inits × 2 seeds on stdlib-docs)
-2. ``sweep.interventions --preset demo --seeds 2``   (6 conditions × 2 seeds)
+2. ``sweep.interventions --preset demo --seeds 2``   (6 conditions × 2 seeds; ``--seeds auto``:
+   rounds of seeds until each intervention claim is decided, docs/seeds.md)
 3. ``sweep.tiny_series`` + ``sweep.extension``   (a tiny local character-level GPT-2
    series, built offline into ``runs/tiny-series``, probed for Appendix A)
 4. ``sweep.report --preset demo``   (scorecard, statistics, tables, figures, report.md)
@@ -51,6 +52,7 @@ from sweep.progress import format_duration
 from sweep.ray_env import init_ray
 from sweep.report import output_target, write_report
 from sweep.runner import SweepSettings, exit_status, prepare_corpus, run_sweep
+from sweep.sequential import FIRST_LOOK, add_auto_flags, auto_from_args, run_auto
 from sweep.trackers import add_tracker_flags, check_trackers, trackers_from_args
 
 PROG = "python -m sweep.demo"
@@ -80,6 +82,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance, >= 1 (default: all)")
     p.add_argument("--progress-tables", action="store_true",
                    help="print Tune's full trial status table at every report (default: one progress line)")
+    p.add_argument("--seeds", choices=["auto"], help="step 2 adds seeds in rounds until each intervention claim "
+                   "is decided (docs/seeds.md; default: the tier's fixed seeds)")
+    add_auto_flags(p)
     return p.parse_args(argv)
 
 
@@ -102,6 +107,7 @@ def _main(args: argparse.Namespace) -> int:
         raise UsageError("--quick and --paper-depths are two different tiers: give one of them")
     preset = "quick" if args.quick else "paper-depths" if args.paper_depths else "demo"
     pack = pack_request("--pack", args.pack)
+    auto = auto_from_args(args)  # --seeds auto: checked now (--max-seeds, --alpha)
     out = args.out or ("runs/report" if preset == "demo" else f"runs/report-{preset}")
     output_target(out)  # a URI it cannot write is refused now, not after the sweeps
     # a checkpoint every 5 epochs: a crash loses at most 5 short epochs, and 20 checkpoints
@@ -113,6 +119,8 @@ def _main(args: argparse.Namespace) -> int:
     grid = INTERVENTION_PRESETS[preset]
     # the 2-layer tiers run 2 of the 5 intervention seeds; the paper-depths tier all 5, as the paper
     interventions = grid if preset == "paper-depths" else replace(grid, seeds=grid.seeds[:2])
+    if auto is not None:  # timed and estimated for the first round; later rounds only as needed
+        interventions = replace(grid, seeds=grid.seeds[:FIRST_LOOK])
     extension = ExtensionSettings(ProbeSettings(args.store, n_seqs=8, seq_len=64, cpus=1.0,
                                                 plugins=plugins), actors=2)
 
@@ -127,7 +135,7 @@ def _main(args: argparse.Namespace) -> int:
         expected = {"baseline": sweep_seconds(baseline, costs, cores),
                     "interventions": sweep_seconds(interventions, costs, cores), "rest": REST_S}
         print(f"expected ≈ {minutes(sum(expected.values()))} on {cores} cores "
-              f"(baseline ≈ {minutes(expected['baseline'])}, interventions ≈ {minutes(expected['interventions'])}); "
+              f"(baseline ≈ {minutes(expected['baseline'])}, interventions{' (first round)' if auto else ''} ≈ {minutes(expected['interventions'])}); "
               f"timed here in {format_duration(time.perf_counter() - t0)}: {describe_costs(costs)}", flush=True)
         if busy(costs) > BUSY:
             quiet = sum((sweep_seconds(baseline, idle(costs), cores), sweep_seconds(interventions, idle(costs), cores),
@@ -144,12 +152,19 @@ def _main(args: argparse.Namespace) -> int:
             f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins, trackers=trackers,
             tracker_dir=args.tracker_dir, name_given=False, progress_tables=args.progress_tables)))
         measured["baseline"] = time.perf_counter() - t
-        print(f"\n== 2/4 interventions ({preset} preset, {len(interventions.seeds)} seeds) · {_elapsed(t0)} ==",
-              flush=True)
+        seeds_text = (f"seeds auto, up to {auto.max_seeds}" if auto is not None
+                      else f"{len(interventions.seeds)} seeds")
+        print(f"\n== 2/4 interventions ({preset} preset, {seeds_text}) · {_elapsed(t0)} ==", flush=True)
         t = time.perf_counter()
-        errored |= exit_status(run_sweep(interventions, SweepSettings(
-            f"interventions-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins,
-            trackers=trackers, tracker_dir=args.tracker_dir, name_given=False, progress_tables=args.progress_tables)))
+        if auto is not None:
+            errored |= exit_status(run_auto(grid, SweepSettings(
+                f"interventions-{preset}-auto", trial, pack=pack, dry_run=args.dry_run, plugins=plugins,
+                trackers=trackers, tracker_dir=args.tracker_dir, name_given=False,
+                progress_tables=args.progress_tables), auto))
+        else:
+            errored |= exit_status(run_sweep(interventions, SweepSettings(
+                f"interventions-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins,
+                trackers=trackers, tracker_dir=args.tracker_dir, name_given=False, progress_tables=args.progress_tables)))
         measured["interventions"] = time.perf_counter() - t
         if args.dry_run:
             print("\n== 3/4 checkpoint extension and 4/4 report: not run (dry run) ==")

@@ -11,6 +11,7 @@ from model.plugins import preload
 from sweep.cli import parser, run_cli
 from sweep.presets import INTERVENTION_PRESETS, add_grid_flags, preset_from_args
 from sweep.runner import add_run_flags, exit_status, run_sweep, settings_from_args
+from sweep.sequential import add_auto_flags, auto_from_args, run_auto
 
 PROG = "python -m sweep.interventions"
 
@@ -19,6 +20,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     preload(argv, PROG)  # --plugin modules: their names are valid below
     p = parser(PROG, __doc__)
     add_grid_flags(p, INTERVENTION_PRESETS, conditions=True)
+    add_auto_flags(p)
     add_run_flags(p, "interventions-<preset>")
     return p.parse_args(argv)
 
@@ -27,7 +29,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     """Run the sweep; a bad value ends it with one line and exit status 2, before Ray starts."""
 
     def body(args: argparse.Namespace) -> pd.DataFrame:
+        auto = auto_from_args(args)  # before the preset: --seeds auto with --seed-list is refused there
         preset = preset_from_args(args, INTERVENTION_PRESETS)
+        if auto is not None:
+            return run_auto(preset, settings_from_args(args, f"interventions-{preset.name}-auto"), auto)
         return run_sweep(preset, settings_from_args(args, f"interventions-{preset.name}"))
 
     return run_cli(PROG, argv, parse, body)

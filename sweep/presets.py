@@ -225,8 +225,10 @@ def add_grid_flags(p: argparse.ArgumentParser, presets: dict[str, Preset], condi
                    help=f"layer counts (preset: {_describe(presets, lambda p: _csv(p.depths))})")
     g.add_argument("--inits", type=name_list, nargs="+", metavar="INIT",
                    help=f"subset of {', '.join(QK_INITS)} (preset: all but smoke)")
-    g.add_argument("--seeds", type=int, metavar="N",
-                   help=f"the first N of the preset's seeds ({_describe(presets, lambda p: _csv(p.seeds))})")
+    g.add_argument("--seeds", type=seeds_arg, metavar="N",
+                   help=f"the first N of the preset's seeds ({_describe(presets, lambda p: _csv(p.seeds))})"
+                   + ("; auto = add seeds in rounds until each claim is decided (--max-seeds, --alpha; "
+                      "docs/seeds.md)" if conditions else ""))
     g.add_argument("--seed-list", type=int_list, nargs="+", metavar="SEED", help="explicit seeds (>= 0)")
     if conditions:
         g.add_argument("--conditions", type=name_list, nargs="+", metavar="COND",
@@ -241,6 +243,16 @@ def add_grid_flags(p: argparse.ArgumentParser, presets: dict[str, Preset], condi
     g.add_argument("--data-dir", help="folder holding wiki.train.raw; only with the wikitext103 corpus")
 
 
+def seeds_arg(text: str) -> int | str:
+    """argparse type of ``--seeds``: a whole number, or ``auto`` (interventions: ``sweep.sequential``)."""
+    if text.strip() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") from None
+
+
 def preset_from_args(args: argparse.Namespace, presets: dict[str, Preset]) -> Preset:
     """The named preset with every given flag applied; errors name the bad value."""
     if args.preset not in presets:
@@ -251,9 +263,15 @@ def preset_from_args(args: argparse.Namespace, presets: dict[str, Preset]) -> Pr
             setattr(args, flag, flatten(getattr(args, flag)))
     _check_grid_flags(args)
     changes: dict[str, Any] = {}
-    if args.seeds is not None and args.seed_list is not None:
+    if args.seeds == "auto":
+        if not hasattr(args, "max_seeds"):
+            raise UsageError("--seeds auto decides intervention claims; this sweep has none (give --seeds N)")
+        if args.seed_list is not None:
+            raise UsageError("--seeds auto picks its own seeds (the preset's, then 1000, 1001, ...); "
+                             "drop --seed-list")
+    elif args.seeds is not None and args.seed_list is not None:
         raise UsageError("give either --seeds N or --seed-list, not both")
-    if args.seeds is not None:
+    elif args.seeds is not None:
         if not 1 <= args.seeds <= len(base.seeds):
             raise UsageError(f"--seeds {args.seeds}: the {base.name} preset has {len(base.seeds)} seeds "
                              f"{base.seeds}; use 1..{len(base.seeds)} or --seed-list")

@@ -112,6 +112,9 @@ class SweepSettings:
     retry_deterministic: bool = False  # --retry-deterministic: retry an error that repeats (no fail-fast)
     name_given: bool = True  # --name was given (it wins over MLFLOW_EXPERIMENT_NAME / WANDB_RUN_GROUP)
     progress_tables: bool = False  # --progress-tables: Tune's status table at every report, not one line
+    #: a round of ``--seeds auto`` (``sweep.sequential``): an experiment whose newest state holds other
+    #: runs than this grid's gets a new experiment state in the same folder instead of being resumed
+    extend: bool = False
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
@@ -250,6 +253,9 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     if restorable:  # a run spec version this code cannot read stops here, before anything restarts
         trials = experiment_trials(path)
         version = check_versions([t.config for t in trials], path)
+        if settings.extend and {r.run_id for t in trials for r in runs_of(t.config)} != {c.run_id for c in cells}:
+            restorable = False  # a new round: its trials start a new experiment state in the folder
+            print(f"[{name}] a new round of the experiment at {path}: {len(cells)} runs added")
     store.check_writable()  # a clear error now rather than in every trial
     if storage != store_uri:  # Tune's storage too, before Ray starts (a missing bucket, a typo)
         try:
@@ -354,7 +360,10 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
 
 
 def exit_status(summary: pd.DataFrame | None) -> int:
-    """A sweep command's exit status: 1 when a run ended in error (a lost run), else 0."""
+    """A sweep command's exit status: 1 when a run ended in error (a lost run), else 0. ``--seeds
+    auto`` returns its claims, marked ``attrs["errored"]`` when a round lost a run."""
+    if summary is not None and summary.attrs.get("errored"):
+        return 1
     if summary is None or "status" not in summary:
         return 0
     return int(bool((summary["status"] == "error").any()))

@@ -115,3 +115,16 @@ def test_a_raising_condition_is_tried_twice_the_rest_finishes_and_the_sweep_exit
     epochs = Store(str(tmp_path / "store")).read("epochs")
     last = epochs.groupby("condition")["status"].last().to_dict()
     assert last == {"none": "completed", "explode": "running"}, last  # explode: its epoch-0 probe only
+
+
+def test_seeds_auto_exits_1_when_a_round_lost_a_run() -> None:
+    """``--seeds auto`` returns its claims, not a run summary: a round that lost a run marks them."""
+    import pandas as pd
+
+    from sweep.runner import exit_status
+
+    claims = pd.DataFrame({"condition": ["freeze_k"], "outcome": ["as predicted"]})
+    assert exit_status(claims) == 0
+    claims.attrs["errored"] = True
+    assert exit_status(claims) == 1
+    assert exit_status(pd.DataFrame({"status": ["completed", "error"]})) == 1

@@ -16,6 +16,7 @@ from model.plugins import add_plugin_flag, preload
 from sweep.cli import DEFAULT_STORE, UsageError, parser, run_cli
 from sweep.report.inputs import load_tables
 from sweep.report.prose import headline
+from sweep.report.sequential import load_records
 from sweep.report.writer import PresetNotInStore, build_report
 from sweep.store import Store, StoreError
 from sweep.trackers import add_tracker_flags, check_trackers, tracker_folder, trackers_from_args
@@ -95,14 +96,17 @@ def write_report(store: str, out: str, preset: str | None = None, figures: bool 
         if failed is not None:
             failed.update(lost)
 
+    sequential = load_records(store)  # --seeds auto's decisions, per claim
     try:
         if target is None:
             local = Path(out.removeprefix("file://"))
-            s = build_report(tables, local, figures=figures, preset=preset, skipped_files=skipped)
+            s = build_report(tables, local, figures=figures, preset=preset, skipped_files=skipped,
+                             sequential=sequential)
             attach(local, s)
         else:
             with tempfile.TemporaryDirectory(prefix="qkgeom-report-") as tmp:
-                s = build_report(tables, Path(tmp), figures=figures, preset=preset, skipped_files=skipped)
+                s = build_report(tables, Path(tmp), figures=figures, preset=preset, skipped_files=skipped,
+                                 sequential=sequential)
                 write_outputs(Path(tmp), target)
                 attach(Path(tmp), s)
     except PresetNotInStore as exc:

@@ -19,6 +19,7 @@ from analysis.section import Figure, left_out
 from sweep.report import tables as tb
 from sweep.report.inputs import unknown_names
 from sweep.report.markdown import render_markdown, scorecard_md, skipped_md
+from sweep.report.sequential import annotate, section_md
 from sweep.store import safe_name
 
 
@@ -90,6 +91,7 @@ def _report_one(
     figures: bool,
     preset: str | None,
     skipped: list[dict],
+    sequential: list[dict] | None = None,
 ) -> tuple[dict, Analysis, dict[str, pd.DataFrame], dict]:
     """Stats, tables, figures and scorecard of one preset (``None``: the store as it is)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -111,6 +113,7 @@ def _report_one(
     mine = [f for f in skipped if f["preset"] in (None, label)]
     touched = {sec for f in mine for sec in f["sections"]}
     card = sc.SCORECARD.compute(an, label, paper_scale=label == "paper", touched=touched)
+    annotate(card.rows, sequential or [], label)  # --seeds auto: decided at n seeds (look k of K)
     timing = {"stats_and_tables": time.perf_counter() - t0}
     figs: dict = {}
     if figures:
@@ -142,12 +145,14 @@ def build_report(
     figures: bool = True,
     preset: str | None = None,
     skipped_files: list[dict] | None = None,
+    sequential: list[dict] | None = None,
 ) -> dict:
     """Compute every statistic and write ``out``/stats.json, tables/, figures/ and report.md.
 
     Presets are reported separately (see the module docstring); ``preset`` keeps one
     and raises ``PresetNotInStore`` when the store lacks it. ``skipped_files``: the
-    records ``load_tables`` collected. Returns the stats dict (the content of stats.json).
+    records ``load_tables`` collected; ``sequential``: the ``--seeds auto`` decision records
+    (``sweep.report.sequential.load_records``). Returns the stats dict (the content of stats.json).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -158,10 +163,11 @@ def build_report(
             f"preset {preset!r} is not in the store; presets present: {', '.join(present) or 'none'}"
         )
     if preset is not None or len(present) <= 1:
-        s, an, frames, figs = _report_one(tables, out, figures, preset, skipped)
+        s, an, frames, figs = _report_one(tables, out, figures, preset, skipped, sequential)
         s["presets"] = [preset] if preset is not None else present
         s["skipped_files"] = skipped
-        _write(out, s, render_markdown(s, an, frames, figs))
+        seq_lines = section_md(sequential or [], preset if preset is not None else (present or [None])[0])
+        _write(out, s, render_markdown(s, an, frames, figs) + "".join(f"\n{ln}" for ln in seq_lines))
         return s
 
     # several presets: one report each, never pooled, and an index that holds them all
@@ -177,13 +183,15 @@ def build_report(
     parts: list[str] = []
     for name in present:
         sub = out / "presets" / safe_name(name)
-        s_p, an, frames, figs = _report_one(tables, sub, figures, name, skipped)
-        _write(sub, s_p, render_markdown(s_p, an, frames, figs))
+        s_p, an, frames, figs = _report_one(tables, sub, figures, name, skipped, sequential)
+        seq_lines = section_md(sequential or [], name)
+        _write(sub, s_p, render_markdown(s_p, an, frames, figs) + "".join(f"\n{ln}" for ln in seq_lines))
         by_preset[name] = s_p
         head += scorecard_md(s_p)
         body = render_markdown(s_p, an, frames, figs, prefix=f"presets/{safe_name(name)}/", scorecard=False)
         body_lines = [ln for ln in body.splitlines()[1:] if not ln.startswith("## Skipped store files")]
         parts += [f"## Preset `{name}`", ""] + [("#" + ln if ln.startswith("#") else ln) for ln in body_lines]
+        parts += [("#" + ln if ln.startswith("#") else ln) for ln in seq_lines]
     s = {
         "presets": present,
         "by_preset": by_preset,
