@@ -5,7 +5,7 @@ per-seed array, statistic and expected direction."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -16,8 +16,14 @@ from analysis.reference import PAPER_REFERENCE, PAPER_TEXT
 from interventions import PAPER_CONDITIONS
 from model.qk_init import PAPER_INITS, QK_INITS
 
-if TYPE_CHECKING:  # the sections import this module; Analysis lives beside them
-    from analysis.section import Analysis
+
+class Analysis(Protocol):
+    """What the claims read of ``analysis.section.Analysis`` (that module imports this one, not the
+    other way round): the sections' results, what could not be computed, and the frames."""
+
+    results: dict[str, Any]
+    missing: dict[str, str]
+    frames: dict[str, pd.DataFrame]
 
 # The claims are the paper's, so they are about the paper's regimes and conditions;
 # which of them is coupled and what each condition predicts come from the registries.

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import pandas as pd
 
+from analysis.claims import Claim
 from analysis.primitives import to_jsonable
 from analysis.reference import PAPER_REFERENCE
-
-if TYPE_CHECKING:
-    from analysis.claims import Claim
 
 
 class Result:

@@ -19,8 +19,9 @@ from metrics.columns import (
 )
 
 #: sha256 of each table's serialized Arrow schema before the vocabulary moved out of
-#: sweep/store/schema.py (commit 8e57fe5): the move changed no name, type or order. The one
-#: column added since, ``strengths`` (dose–response, SPEC §6), is taken out before comparing, and
+#: sweep/store/schema.py (commit 8e57fe5): the move changed no name, type or order. The columns
+#: added since, ``strengths`` (dose–response, SPEC §6) and the epochs' ``time`` (issue 32: when the
+#: row was written, for the trackers), are taken out before comparing, and
 #: the one renamed since, ``condition``, gets back its old name ``intervention``.
 SCHEMA_SHA256 = {
     "layers": "8ed34516532a7549045df15973d5a783266cbbfa97d65aea3d5369b443e12e35",
@@ -33,8 +34,9 @@ def test_schemas_byte_identical_to_before_the_move() -> None:
     from sweep.store.schema import SCHEMAS
 
     def before(schema):
-        i = schema.get_field_index("strengths")
-        schema = schema if i < 0 else schema.remove(i)
+        for added in ("strengths", "time"):
+            i = schema.get_field_index(added)
+            schema = schema if i < 0 else schema.remove(i)
         i = schema.get_field_index("condition")
         return schema if i < 0 else schema.set(i, schema.field(i).with_name("intervention"))
 
