@@ -36,7 +36,7 @@ from sweep.faults import FaultInjection, add_fault_flags, fault_from_args
 from sweep.options import TrialOptions
 from sweep.packing import check_pack, describe_plan, plan_frame, plan_packs
 from sweep.presets import Preset
-from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
+from sweep.ray_env import DEFAULT_GPU_FRACTION, absolute_uri, default_gpus, init_ray, node_gpus
 from sweep.resume import experiment_trials, repair_checkpoints
 from sweep.spec import (
     LEGACY_VERSION,
@@ -205,20 +205,30 @@ def _trial_dirname(trial) -> str:
 
 
 def dry_run(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
-    """Print the plan ``run_sweep`` would run (packs decided from Ray's cluster resources: a local Ray
-    is started for it unless one runs or ``--address`` is given); trains nothing, writes nothing."""
+    """Print the plan ``run_sweep`` would run; trains nothing, writes nothing.
+
+    Packs are decided from the GPUs a sweep would see: those of the running Ray or the cluster at
+    ``--address`` / ``RAY_ADDRESS`` (joined for the count, then left), else of this machine
+    (``--num-gpus`` or what it has), which a local run would give its own Ray: no Ray is started.
+    """
     import ray
 
     trial = settings.trial
-    started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
-    try:
-        gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())
-        gpus = ray.cluster_resources().get("GPU", 0.0)
-        packs, notes = plan_packs(preset.cells(), settings.pack, gpus)
-        resources = {"cpu": trial.cpus_per_trial, "gpu": default_gpus(trial.gpus_per_trial)}
-    finally:
-        if started:
-            ray.shutdown()
+    if not (ray.is_initialized() or settings.address or os.environ.get("RAY_ADDRESS")):
+        gpus = node_gpus(settings.num_gpus)
+        gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, gpus)
+        gpu = trial.gpus_per_trial if trial.gpus_per_trial is not None else (DEFAULT_GPU_FRACTION if gpus else 0.0)
+    else:
+        started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
+        try:
+            gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())
+            gpus = ray.cluster_resources().get("GPU", 0.0)
+            gpu = default_gpus(trial.gpus_per_trial)
+        finally:
+            if started:
+                ray.shutdown()
+    packs, notes = plan_packs(preset.cells(), settings.pack, gpus)
+    resources = {"cpu": trial.cpus_per_trial, "gpu": gpu}
     print(describe_plan(settings.name, preset, packs, notes, settings.pack, gpus, resources))
     print(f"[{settings.name}] dry run: nothing trained, nothing written")
     sys.stdout.flush()

@@ -33,6 +33,7 @@ from sweep.presets import ALL_CONDITIONS, BASELINE_PRESETS
 from sweep.resume import CHECKPOINT_DIR, experiment_trials, loadable
 from sweep.spec import cell_of
 from sweep.store import Store
+from sweep.store.schema import CLOCK_COLUMNS
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_env")]  # ray_env: tests/conftest.py
 
@@ -269,7 +270,7 @@ def test_an_experiment_started_before_the_run_spec_resumes(local_ray, tmp_path, 
     fresh = baseline.main([*LEGACY_GRID, *dirs(tmp_path / "new", "new")])
     assert fresh["status"].tolist() == ["completed"]
     for table in ("epochs", "layers"):
-        a, b = (Store(str(d / "store")).read(table).drop(columns=["wall_s", "tokens_per_s"], errors="ignore")
+        a, b = (Store(str(d / "store")).read(table).drop(columns=list(CLOCK_COLUMNS), errors="ignore")
                 .sort_values(["epoch", *(["layer"] if table == "layers" else [])], ignore_index=True)
                 for d in (old, tmp_path / "new"))
         pd.testing.assert_frame_equal(a, b)  # CPU runs are bit-identical

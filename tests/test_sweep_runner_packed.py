@@ -21,13 +21,13 @@ from sweep import baseline, browse, demo, interventions
 from sweep.faults import FAILURE_MARKER
 from sweep.report import write_report
 from sweep.store import Store
+from sweep.store.schema import CLOCK_COLUMNS
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_env")]  # ray_env: tests/conftest.py
 
 GRID = ["--preset", "demo", "--depths", "1", "--inits", "independent_xavier,qk_identical",
         "--seed-list", "37,42", "--epochs", "2", "--steps-per-epoch", "3"]
 #: columns that measure time, not training: they differ between any two runs
-CLOCKS = ("wall_s", "tokens_per_s")
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +49,20 @@ def test_dry_run_packs_the_paper_baseline_into_three_packs_of_twelve(gpu_ray, tm
     assert "36 runs in 3 trials, packs of 12 (auto: the Ray cluster has 1 GPUs)" in out
     assert "resources per trial: 1 CPU, 0.25 GPU" in out and "run steps in all" in out
     assert "dry run: nothing trained" in out
+    _nothing_written(tmp_path)
+
+
+def test_a_local_dry_run_plans_for_this_machine_without_starting_ray(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    started = []
+    monkeypatch.setattr(ray, "init", lambda *a, **k: started.append(1))
+    plan = baseline.main(["--preset", "paper", "--dry-run", "--num-gpus", "1", *dirs(tmp_path, "plan")])
+    assert plan.groupby("trial").size().tolist() == [12, 12, 12] and not started
+    assert "resources per trial: 1 CPU, 0.25 GPU" in capsys.readouterr().out
+    plan = baseline.main(["--preset", "paper", "--dry-run", "--num-gpus", "0", *dirs(tmp_path, "plan")])
+    assert plan["trial"].nunique() == 36 and not started
+    assert "resources per trial: 1 CPU, 0 GPU" in capsys.readouterr().out
     _nothing_written(tmp_path)
 
 
@@ -86,7 +100,7 @@ def stores(gpu_ray, tmp_path_factory):
 
 def _rows(store: Store, table: str) -> pd.DataFrame:
     keys = ["run_id", "epoch"] + (["layer"] if table == "layers" else [])
-    return store.read(table).drop(columns=list(CLOCKS), errors="ignore").sort_values(keys, ignore_index=True)
+    return store.read(table).drop(columns=list(CLOCK_COLUMNS), errors="ignore").sort_values(keys, ignore_index=True)
 
 
 def test_packed_sweep_writes_the_unpacked_rows_and_survives_a_kill(stores):

@@ -87,6 +87,10 @@ EPOCHS = pa.schema(
     ]
 )
 
+#: Columns read off a clock (durations, rates, timestamps): they differ between two runs of the
+#: same cell; every other column of ``layers`` and ``epochs`` repeats exactly on the same machine.
+CLOCK_COLUMNS: tuple[str, ...] = ("wall_s", "tokens_per_s", "time")
+
 CHECKPOINTS = pa.schema(
     [
         pa.field("series", pa.string(), nullable=False),
