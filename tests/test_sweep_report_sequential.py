@@ -23,7 +23,7 @@ RECORD = {
 }
 
 
-def test_scorecard_and_report_say_where_each_claim_was_decided(tmp_path):
+def test_scorecard_and_report_say_where_each_claim_was_decided(tmp_path, capsys):
     store = tmp_path / "store"
     write_store(make_synthetic_store(n_seeds=2, depths=(4,), checkpoints=False), store)
     (store / "sequential").mkdir()
@@ -34,6 +34,12 @@ def test_scorecard_and_report_say_where_each_claim_was_decided(tmp_path):
         "--seeds auto: as predicted, decided at 3 seeds (look 1 of 4)")
     assert "--seeds auto: undecided at 10" in rows["interventions.freeze_k.logit_std"]["reason"]
     assert "--seeds auto" not in (rows["interventions.freeze_k.qk_erank"]["reason"] or "")
+    out = capsys.readouterr().out.splitlines()
+    printed = {claim: next(line for line in out if f" {claim} vs matched none" in line)
+               for claim in ("freeze_q: attn_entropy ↑", "freeze_k: logit_std ↓", "freeze_k: qk_erank ↑")}
+    assert printed["freeze_q: attn_entropy ↑"].endswith(" — --seeds auto: as predicted, decided at 3 seeds (look 1 of 4)")
+    assert printed["freeze_k: logit_std ↓"].endswith(" — --seeds auto: undecided at 10")
+    assert "--seeds auto" not in printed["freeze_k: qk_erank ↑"]
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Seeds until decided (`--seeds auto`)" in md
     assert "| freeze_q | default | attn_entropy | + | as predicted, decided at 3 seeds (look 1 of 4) |" in md

@@ -16,7 +16,7 @@ from model.plugins import add_plugin_flag, preload
 from sweep.cli import DEFAULT_STORE, UsageError, parser, run_cli
 from sweep.report.inputs import load_tables
 from sweep.report.prose import headline
-from sweep.report.sequential import load_records
+from sweep.report.sequential import load_records, terminal_note
 from sweep.report.writer import PresetNotInStore, build_report
 from sweep.store import Store, StoreError
 from sweep.trackers import add_tracker_flags, check_trackers, tracker_folder, trackers_from_args
@@ -129,7 +129,7 @@ def print_scorecard(s: dict) -> None:
         one = (s.get("by_preset") or {}).get(name, s)
         for note in [*(one.get("preset_notes") or {}).get(name, []), *sc.text_notes(mine)]:
             print(f"  note: {note}")
-        for line in sc.render_text(mine):
-            print("  " + line)
+        for row, line in zip(mine, sc.render_text(mine), strict=True):
+            print("  " + line + terminal_note(row))
     if s.get("skipped_files"):
         print(f"\n{len(s['skipped_files'])} unreadable store file(s) skipped: see report.md")

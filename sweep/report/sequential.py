@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 RECORD_DIR = "sequential"  # sweep.sequential.RECORD_DIR (not imported: no Ray-side imports here)
+#: How a claim's note names its decision.
+NOTE = "--seeds auto: "
 
 
 def load_records(root: str) -> list[dict[str, Any]]:
@@ -49,8 +51,16 @@ def annotate(rows: list, records: list[dict], preset: str | None) -> None:
         parts = row.id.split(".")
         if len(parts) != 3 or parts[0] != "interventions" or (parts[1], parts[2]) not in claims:
             continue
-        note = f"--seeds auto: {claims[(parts[1], parts[2])]['text']}"
+        note = f"{NOTE}{claims[(parts[1], parts[2])]['text']}"
         row.reason = f"{row.reason}; {note}" if row.reason else note
+
+
+def terminal_note(row: dict) -> str:
+    """`` — --seeds auto: …`` for the terminal line of a measured row (``stats.json`` form) that a
+    record decides; the terminal shows a measured row's other notes only in report.md."""
+    if row["verdict"] == "not measured":  # its whole reason is printed already
+        return ""
+    return "".join(f" — {part}" for part in (row["reason"] or "").split("; ") if part.startswith(NOTE))
 
 
 def section_md(records: list[dict], preset: str | None) -> list[str]:
