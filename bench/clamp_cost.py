@@ -1,12 +1,12 @@
-"""What ``k_spectrum_clamp`` costs per step, as × a ``none`` step of the same shape (issue 31, item 5).
+"""What ``k_spectrum_clamp`` costs per step, as × a ``none`` step of the same shape.
 
-    python -m bench.clamp_cost [--depths 4] [--ks 1,12] [--rounds 3] [--threads 1] [--device cpu|cuda]
+    python -m bench.clamp_cost [--depths 4] [--members 1,12] [--rounds 3] [--threads 1] [--device cpu|cuda]
                                [--methods eigh,svd,refine] [--steps 1] [--tiny] [--json FILE]
 
 At paper width (d_model 256, 4 heads, d_mlp 1024, context 128, batch 64, vocabulary 1758) a ``none``
-trainer of K members (K = 1: one run; K = 12: a pack) is built, and in one process, alternated
+trainer of M members (M = 1: one run; M = 12: a pack) is built, and in one process, alternated
 (``bench.common.alternate``): its training step (``train_epoch`` of ``--steps`` steps, divided; on
-CUDA graphed, the default) and ``interventions.spectrum.clamp_spectrum`` of its K·L W_K, each
+CUDA graphed, the default) and ``interventions.spectrum.clamp_spectrum`` of its M·L W_K, each
 method (``eigh``, ``svd``, ``refine``) on each decomposition device (the model's; on CUDA also the
 CPU: one copy there and back). A clamped step costs the ``none`` step plus the clamp, so each row
 is the clamp's median time over the step's, and ``step_with_clamp`` = 1 + that. ``max_abs_vs_svd``:
@@ -38,19 +38,19 @@ from interventions.spectrum import METHODS, clamp_spectrum
 from model.recipe import TrainConfig
 
 INITS = ("independent_xavier", "qk_identical", "disjoint_support_xavier")
-#: a method farther than this from the SVD clamp cannot be the fastest (issue 31's tolerance)
+#: a method farther than this from the SVD clamp cannot be the fastest (rounding, not a different clamp)
 TOLERANCE = 1e-6
 
 
-def measure(size_name: str, depth: int, k: int, rounds: int, device: str, methods: list[str], steps: int,
+def measure(size_name: str, depth: int, m: int, rounds: int, device: str, methods: list[str], steps: int,
             corpus=None) -> dict[str, Any]:
     size = SIZES[size_name]
     corpus = corpus or bench_corpus(size.corpus)
     mcfg = model_config(size, depth, corpus.vocab_size)
     cfg = lambda seed: TrainConfig(lr=size.lr, batch_size=size.batch, epochs=1, steps_per_epoch=steps,  # noqa: E731
                                    eval_batches=1, probe_seqs=4, amp="auto", device=device, seed=seed)
-    trainer = build_trainer(mcfg, corpus, [(INITS[i % 3], 37 + i, cfg(37 + i)) for i in range(k)])
-    w = k_weights(trainer).detach()  # (L, D, D) or (K, L, D, D)
+    trainer = build_trainer(mcfg, corpus, [(INITS[i % 3], 37 + i, cfg(37 + i)) for i in range(m)])
+    w = k_weights(trainer).detach()  # (L, D, D) or (M, L, D, D)
     sigma0 = torch.linalg.svdvals(w.double())
     places = [None, "cpu"] if torch.device(device).type == "cuda" else [None]
     fns: dict[str, Any] = {"step": trainer.train_epoch}
@@ -68,12 +68,12 @@ def measure(size_name: str, depth: int, k: int, rounds: int, device: str, method
                      "x_none_step": med(ts) / t_step, "step_with_clamp": 1 + med(ts) / t_step,
                      "max_abs_vs_svd": err})
     best = min((r for r in rows if r["max_abs_vs_svd"] <= TOLERANCE), key=lambda r: r["clamp_s"], default=rows[0])
-    print(f"  {size_name} L{depth}, K = {k} ({k * depth} matrices of {mcfg.d_model}²), {device}, graphs "
+    print(f"  {size_name} L{depth}, M = {m} ({m * depth} matrices of {mcfg.d_model}²), {device}, graphs "
           f"{trainer.graph_status}: none step {fmt_s(t_step)}", flush=True)
     for r in rows:
         print(f"    clamp {r['clamp']:<14} {fmt_s(r['clamp_s']):>9} = {r['x_none_step']:6.3f} × the none step "
               f"(clamped step {r['step_with_clamp']:.3f} ×); max |Δ| vs svd {r['max_abs_vs_svd']:.1e}", flush=True)
-    return {"size": size_name, "depth": depth, "k": k, "device": device, "rounds": rounds, "steps_per_round": steps,
+    return {"size": size_name, "depth": depth, "members": m, "device": device, "rounds": rounds, "steps_per_round": steps,
             "graph_status": trainer.graph_status, "none_step_s": t_step, "rows": rows, "fastest": best["clamp"],
             "fastest_step_with_clamp": best["step_with_clamp"]}
 
@@ -81,7 +81,7 @@ def measure(size_name: str, depth: int, k: int, rounds: int, device: str, method
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m bench.clamp_cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--depths", default="4")
-    p.add_argument("--ks", default="1,12", help="members per trainer, comma-separated (1: one run)")
+    p.add_argument("--members", default="1,12", help="members per trainer, comma-separated (1: one run)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     p.add_argument("--device", default="cpu")
@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     corpus = bench_corpus(SIZES[size].corpus)
     out: dict[str, Any] = {"benchmark": "clamp_cost", "results": [], "machine": machine()}
     for d in args.depths.split(","):
-        for k in args.ks.split(","):
-            out["results"].append(measure(size, int(d), int(k), args.rounds, args.device, methods, args.steps, corpus))
+        for m in args.members.split(","):
+            out["results"].append(measure(size, int(d), int(m), args.rounds, args.device, methods, args.steps, corpus))
             if args.json:  # after every shape: a run cut off by gpu.sh's timeout keeps what it measured
                 Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
     return out

@@ -172,6 +172,6 @@ def member_params(trainer: Any, i: int) -> dict[str, torch.Tensor]:
 
 
 def k_weights(trainer: Any) -> torch.Tensor:
-    """Every W_K of the trainer, stacked: [L, D, D] for one run, [K, L, D, D] for a pack."""
+    """Every W_K of the trainer, stacked: [L, D, D] for one run, [M, L, D, D] for a pack."""
     named = dict(trainer.model.named_parameters())
     return torch.stack([named[f"blocks.{i}.attn.k_proj.weight"] for i in range(trainer.model_cfg.n_layer)], dim=-3)

@@ -1,4 +1,4 @@
-"""Which demo schedule reaches the specialisation phase? (issue 13, LOG.md)
+"""Which demo schedule reaches the specialisation phase? (LOG.md, the demo schedule)
 
 Trains the demo shape with the project's own ``Trainer`` (no Ray), one
 process per run, and scores the SPEC §9 directions for every prefix of the
@@ -10,7 +10,7 @@ epoch. Slopes are OLS over every logged epoch, epoch 0 included, per layer
     python -m bench.demo_schedule --depths 2,3,4 --epochs 40 --steps 30 --jobs 2
     python -m bench.demo_schedule --depths 4 --conditions none,freeze_k --seeds 7,37
 
-Prints per-run CPU seconds and, per prefix, the counts the issue asks about.
+Prints per-run CPU seconds and, per prefix, the counts SPEC §10 sets the demo's schedule by.
 This tunes only the schedule and shape; metrics and statistics are untouched.
 """
 

@@ -6,7 +6,7 @@
   loopback socket that accepts and never answers, against the same sweep without a tracker;
 * ``raising``: the interventions smoke sweep with ``--conditions none,explode`` (``tests.plugin_explode``:
   its ``after_step`` always raises), against ``--conditions none,freeze_k``, and the raising one again
-  with ``--retry-deterministic`` (every failure retried, as before issue 32).
+  with ``--retry-deterministic`` (every failure retried, Tune's own behaviour).
 
 Each sweep is a fresh ``python -m sweep.…`` process (its own local Ray, ``--num-cpus 2``) with fresh
 store and storage; the pair runs back to back so that both see the same machine load. Prints each

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one GPU script of qkgeom (issues 27, 31): one call on a bare GPU machine, every budget derived.
+# The one GPU script of qkgeom: one call on a bare GPU machine, every budget derived.
 #
 #   source .device/setup.sh && bash bench/gpu.sh    (.device/: ../shared/tools/device-bundle brings Ray)
 #   bash bench/gpu.sh --dry-run                    the plan and the set-up; without CUDA: "no CUDA found", exit 0
@@ -144,7 +144,7 @@ throughput() {
 }
 
 clamp() {
-  local shape=(--depths 8 --ks 1,12); [ "$DEV" = cpu ] && shape=(--depths 2 --ks 1,3 --tiny)
+  local shape=(--depths 8 --members 1,12); [ "$DEV" = cpu ] && shape=(--depths 2 --members 1,3 --tiny)
   timed clamp clamp "$PY" -m bench.clamp_cost --device "$DEV" "${shape[@]}" --steps 5 --rounds 3 --threads 0 \
     --json "$OUT/clamp.json"
 }
@@ -155,8 +155,8 @@ probe() {
 }
 
 equivalence() {
-  local amp shape=(--size paper --k 3 --depth 4 --steps 20)
-  [ "$DEV" = cpu ] && shape=(--size tiny --k 2 --depth 1 --steps 2)
+  local amp shape=(--size paper --members 3 --depth 4 --steps 20)
+  [ "$DEV" = cpu ] && shape=(--size tiny --members 2 --depth 1 --steps 2)
   for amp in off bf16; do
     timed "equivalence-$amp" equivalence "$PY" -m bench.pack_equivalence --device "$DEV" "${shape[@]}" \
       --amp "$amp" --json "$OUT/equivalence-$amp.json"

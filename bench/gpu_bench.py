@@ -1,4 +1,4 @@
-"""The GPU script's set-up check and its report (``bench/gpu.sh``, issues 27 and 31).
+"""The GPU script's set-up check and its report (``bench/gpu.sh``).
 
     python -m bench.gpu_bench --dry-run --out DIR      whether CUDA is there and what gpu.sh would run
     python -m bench.gpu_bench --check-cuda --out DIR   exit 0 with CUDA; else write the no-CUDA file, exit 1
@@ -92,7 +92,7 @@ def clamp_lines(clamp: dict[str, Any] | None) -> list[str]:
         return ["k_spectrum_clamp's decomposition: not measured"]
     lines = []
     for r in clamp["results"]:
-        shape = "unpacked" if r["k"] == 1 else f"pack of {r['k']}"
+        shape = "unpacked" if r["members"] == 1 else f"pack of {r['members']}"
         each = ", ".join(f"{x['clamp']} {x['x_none_step']:.2f}×" for x in r["rows"])
         lines.append(f"k_spectrum_clamp's decomposition, depth {r['depth']}, {shape}, × the none step "
                      f"({r['none_step_s'] * 1e3:.1f} ms): {each}; fastest {r['fastest']} (clamped step "
@@ -143,7 +143,7 @@ def report(out: Path) -> dict[str, Any]:
         result[f"equivalence_{amp}"] = eq
         if eq:
             worst = eq["worst"]
-            line = (f"pack vs unpacked, {eq['device']} amp {amp}, K = {eq['k']}, depth {eq['depth']}, {eq['steps']} steps: "
+            line = (f"pack vs unpacked, {eq['device']} amp {amp}, M = {eq['members']}, depth {eq['depth']}, {eq['steps']} steps: "
                     f"largest (pack − unpacked)/(math − flash attention) {worst['ratio']:.2f} at {worst['what']}; "
                     f"standard {'holds' if eq['held'] else 'does not hold'}; largest pack difference in a tensor "
                     f"{eq['largest_pack_param']['pack_vs_unpacked']:.2e} ({eq['largest_pack_param']['what']})")

@@ -1,4 +1,4 @@
-"""Throughput on one GPU (issues 27, 31), run by ``bench/gpu.sh``: each way to train the study's runs,
+"""Throughput on one GPU, run by ``bench/gpu.sh``: each way to train the study's runs,
 against unpacked eager measured in the same call, and the paper grid's projected wall time on one GPU.
 
     python -m bench.gpu_packing --group NAME --out DIR [--seconds S]     a group's variants, one process
@@ -12,7 +12,7 @@ Variants (paper size: d_model 256, 4 heads, d_mlp 1024, context 128, batch 64, s
 
 - ``unpacked`` (the reference) / ``unpacked_graphs``: one run, eager / its step replayed from a CUDA
   graph (``model.graphs``, the default on CUDA);
-- ``packK`` / ``packK_graphs`` (K = 12, 36): one pack of K members (three inits, seeds mixed), eager /
+- ``packM`` / ``packM_graphs`` (M = 12, 36): one pack of M members (three inits, seeds mixed), eager /
   graphed; ``pack36_graphs_compile`` adds ``torch.compile`` (compiling is in the warm-up epoch,
   reported as ``warmup_s``); gpu.sh runs it only when its section has time left;
 - ``unpacked_clamp`` / ``pack12_clamp``: ``k_spectrum_clamp`` (graphed; its decomposition runs after
@@ -48,9 +48,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DEPTH = 6
 
-def _v(kind: str, k: int, graphs: bool, condition: str = "none", steps: int = 20, compile: bool = False,
+def _v(kind: str, members: int, graphs: bool, condition: str = "none", steps: int = 20, compile: bool = False,
        vs: str | None = None) -> dict[str, Any]:
-    return {"kind": kind, "k": k, "graphs": graphs, "compile": compile, "condition": condition, "steps": steps,
+    return {"kind": kind, "members": members, "graphs": graphs, "compile": compile, "condition": condition, "steps": steps,
             "vs": vs}
 
 
@@ -77,7 +77,7 @@ GROUPS: dict[str, list[str]] = {
 }
 #: groups gpu.sh runs only when the section has time left for them
 OPTIONAL = ("compile",)
-#: issue 27's targets for the paper grid on one H200
+#: the targets for the paper grid on one H200: the whole study in an afternoon
 TARGET_HOURS = 2.0
 TARGET_UNPACKED_GRAPHS = 3.0  # unpacked with graphs over unpacked eager
 INITS = ("independent_xavier", "qk_identical", "disjoint_support_xavier")
@@ -120,13 +120,13 @@ def _train_cfg(size, seed: int, steps: int, device: str, compile: bool):
                        probe_seqs=4, amp="auto", device=device, seed=seed, compile=compile)
 
 
-def build(k: int, graphs: bool, compile: bool, steps: int, device: str, tiny: bool, condition: str = "none"):
-    """A trainer of ``k`` members (the three inits in turn, seeds mixed); (trainer, tokens an epoch)."""
+def build(m: int, graphs: bool, compile: bool, steps: int, device: str, tiny: bool, condition: str = "none"):
+    """A trainer of ``m`` members (the three inits in turn, seeds mixed); (trainer, tokens an epoch)."""
     from bench.common import build_trainer
 
     size, corpus, mcfg = _setup(tiny)
-    members = [(INITS[i % 3], 37 + i // 3, _train_cfg(size, 37 + i // 3, steps, device, compile)) for i in range(k)]
-    return build_trainer(mcfg, corpus, members, condition, graphs), k * steps * size.batch * size.context
+    members = [(INITS[i % 3], 37 + i // 3, _train_cfg(size, 37 + i // 3, steps, device, compile)) for i in range(m)]
+    return build_trainer(mcfg, corpus, members, condition, graphs), m * steps * size.batch * size.context
 
 
 def busy(device: str, tiny: bool, seconds: float) -> dict[str, Any]:
@@ -182,12 +182,12 @@ def measure(name: str, device: str, tiny: bool, seconds: float) -> dict[str, Any
     v = VARIANTS[name]
     steps = 2 if tiny else v["steps"]
     if v["kind"] == "procs":
-        out = concurrent(v["k"], device, tiny, seconds)
+        out = concurrent(v["members"], device, tiny, seconds)
     else:
-        trainer, tokens = build(v["k"], v["graphs"], v["compile"], steps, device, tiny, v["condition"])
+        trainer, tokens = build(v["members"], v["graphs"], v["compile"], steps, device, tiny, v["condition"])
         out = time_epochs(trainer, device, seconds)
         out["tokens_per_s"] = tokens / out["epoch_s"]
-        out["run_steps_per_s"] = v["k"] * steps / out["epoch_s"]
+        out["run_steps_per_s"] = v["members"] * steps / out["epoch_s"]
         out["step_s"] = out["epoch_s"] / steps
         out["graph_status"] = trainer.graph_status
         if v["condition"] == "k_spectrum_clamp":
@@ -272,7 +272,7 @@ def summary(out: Path) -> dict[str, Any]:
         ref = rows.get(r.get("vs") or "", {})
         if "run_steps_per_s" in r and "run_steps_per_s" in ref:
             r["x_none_step"] = ref["run_steps_per_s"] / r["run_steps_per_s"]
-            shape = "unpacked" if r["k"] == 1 else f"in a pack of {r['k']}"
+            shape = "unpacked" if r["members"] == 1 else f"in a pack of {r['members']}"
             how = r.get("clamp", {})
             print(f"  {r['condition']} {shape}: its step {r['x_none_step']:.2f} × the {r['vs']} (none) step "
                   f"(decomposition: {how.get('method')} on {how.get('decomp_device')})")
@@ -288,7 +288,7 @@ def summary(out: Path) -> dict[str, Any]:
 
 
 def targets(rows: dict[str, Any], busy_rows: dict[str, Any] | None = None) -> list[str]:
-    """Issue 27's throughput targets, met or not, from what was measured."""
+    """The throughput targets, met or not, from what was measured."""
     lines = []
     best = max((r for r in rows.values() if "run_steps_per_s" in r), key=lambda r: r["run_steps_per_s"], default=None)
     if best:

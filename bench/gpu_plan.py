@@ -1,4 +1,4 @@
-"""Each ``bench/gpu.sh`` section's time budget, derived from what it runs (issue 31, item 6).
+"""Each ``bench/gpu.sh`` section's time budget, derived from what it runs.
 
     python -m bench.gpu_plan [--out DIR] [--no-count]    the plan table → DIR/plan.json
 
@@ -11,7 +11,7 @@ start-up, the training steps and probes each one takes — times a per-step esti
 - FLOPs per step are computed from the paper shape (6 × parameters × tokens, plus attention);
 - the rest are **guesses** (``GUESS``, printed with the table) until a GPU run replaces them: a step
   takes max(FLOPs / throughput, ops × time per op), eager or replayed from a CUDA graph; a clamp
-  step adds K·L decompositions.
+  step adds M·L decompositions.
 
 gpu.sh reads ``DIR/plan.json`` (no torch import), clips each budget to what is left of the call,
 and the report sets each section's actual seconds beside its budget.
@@ -37,12 +37,12 @@ GUESS = {
     "decomp_ms": 5.0,      # one float64 256×256 eigh or SVD on the GPU (cuSOLVER: one call each)
     "cpu_decomp_ms": 14.0,  # the same on the CPU, mean of eigh / svd / refine (measured here: 7 / 12 / 24)
     "probe_s": 0.5,        # one depth-8 probe (forward + batched float64 decompositions; target ≤ 5 steps)
-    "old_probe_s": 5.0,     # the per-layer probe before issue 27 (bench.probe_cost compares with it)
+    "old_probe_s": 5.0,     # the per-layer probe it replaced (bench.probe_cost compares with it)
     "compile_s": 90.0,     # torch.compile of a pack of 36 (dynamo + inductor, cold cache)
     "ray_start_s": 15.0,   # a sweep's ray.init and Tune's set-up
 }
 MARGIN, SLACK_S = 1.3, 8.0
-#: ops per training step at depth 6 (none; K = 1 eager ~ unpacked) when not counted (--no-count)
+#: ops per training step at depth 6 (none; M = 1 eager ~ unpacked) when not counted (--no-count)
 OPS_FALLBACK = {1: 1700, 12: 1750, 36: 1800}
 DEPTH, D, D_MLP, CONTEXT, BATCH, VOCAB = 6, 256, 1024, 128, 64, 1758
 #: the default total of one call (gpu.sh's BUDGET_S): under 8 minutes of a 10-minute device call
@@ -50,16 +50,16 @@ BUDGET_S = 470
 THROUGHPUT_ALONE_S = 240  # `bash bench/gpu.sh throughput` alone, for a re-run
 
 
-def flops_per_step(k: int, depth: int = DEPTH) -> float:
-    """Training FLOPs of one step of K members: 6·N·tokens for the matrices (head included) plus
+def flops_per_step(m: int, depth: int = DEPTH) -> float:
+    """Training FLOPs of one step of M members: 6·N·tokens for the matrices (head included) plus
     attention's q·kᵀ and p·v (forward 4·B·T²·d per layer, backward twice that)."""
     n = depth * (4 * D * D + 2 * D * D_MLP) + VOCAB * D
     tokens = BATCH * CONTEXT
-    return k * (6 * n * tokens + 3 * depth * 4 * BATCH * CONTEXT * CONTEXT * D)
+    return m * (6 * n * tokens + 3 * depth * 4 * BATCH * CONTEXT * CONTEXT * D)
 
 
-def count_ops(ks: tuple[int, ...] = (1, 12, 36), depth: int = DEPTH) -> dict[int, float]:
-    """ATen ops of one ``none`` training step, eager, for K members, counted at a tiny width."""
+def count_ops(sizes: tuple[int, ...] = (1, 12, 36), depth: int = DEPTH) -> dict[int, float]:
+    """ATen ops of one ``none`` training step, eager, for M members, counted at a tiny width."""
     import torch
 
     from bench.common import bench_corpus, build_trainer
@@ -74,36 +74,36 @@ def count_ops(ks: tuple[int, ...] = (1, 12, 36), depth: int = DEPTH) -> dict[int
         corpus = bench_corpus(size.corpus, n_tokens=20_000)
         mcfg = model_config(size, depth, corpus.vocab_size)
         out = {}
-        for k in ks:
+        for m in sizes:
             counts = []
             for steps in (1, 3):
                 members = [("independent_xavier", 37 + i, TrainConfig(lr=size.lr, batch_size=2, epochs=1,
                             steps_per_epoch=steps, eval_batches=1, probe_seqs=1, device="cpu", seed=37 + i))
-                           for i in range(k)]
+                           for i in range(m)]
                 trainer = build_trainer(mcfg, corpus, members)
                 trainer.train_epoch()
                 with OpCounter() as c:
                     trainer.train_epoch()
                 counts.append(c.non_view)
-            out[k] = (counts[1] - counts[0]) / 2
+            out[m] = (counts[1] - counts[0]) / 2
         return out
     finally:
         torch.set_num_threads(threads)
 
 
-def step_s(k: int, ops: dict[int, float], graphs: bool, clamp: bool = False, depth: int = DEPTH) -> float:
-    """The estimated GPU time of one training step of K members."""
-    launch = ops.get(k, max(ops.values())) * GUESS["graph_op_us" if graphs else "eager_op_us"] * 1e-6
-    t = max(flops_per_step(k, depth) / (GUESS["tflops"] * 1e12), launch)
-    return t + (k * depth * GUESS["decomp_ms"] * 1e-3 if clamp else 0.0)
+def step_s(m: int, ops: dict[int, float], graphs: bool, clamp: bool = False, depth: int = DEPTH) -> float:
+    """The estimated GPU time of one training step of M members."""
+    launch = ops.get(m, max(ops.values())) * GUESS["graph_op_us" if graphs else "eager_op_us"] * 1e-6
+    t = max(flops_per_step(m, depth) / (GUESS["tflops"] * 1e12), launch)
+    return t + (m * depth * GUESS["decomp_ms"] * 1e-3 if clamp else 0.0)
 
 
-def variant_s(k: int, ops: dict[int, float], graphs: bool, steps: int, seconds: float, clamp: bool = False,
+def variant_s(m: int, ops: dict[int, float], graphs: bool, steps: int, seconds: float, clamp: bool = False,
               procs: int = 1) -> float:
     """One throughput variant in a running process: build, record (4 eager steps), a warm-up epoch, about
     ``seconds`` of timed epochs plus the one that overshoots."""
-    epoch = steps * step_s(k, ops, graphs, clamp)
-    record = 4 * step_s(k, ops, False, clamp) if graphs else 0.0
+    epoch = steps * step_s(m, ops, graphs, clamp)
+    record = 4 * step_s(m, ops, False, clamp) if graphs else 0.0
     return procs * GUESS["build_s"] + record + epoch + max(seconds, epoch) + epoch
 
 
@@ -126,25 +126,25 @@ def plan(ops: dict[int, float], seconds: float = 3.0) -> dict[str, Any]:
         for name in names:
             v = VARIANTS[name]
             if v["kind"] == "procs":  # the workers start at once: one start-up, then four in parallel
-                need += variant_s(1, ops, True, v["steps"], seconds, procs=v["k"]) + GUESS["startup_s"]
+                need += variant_s(1, ops, True, v["steps"], seconds, procs=v["members"]) + GUESS["startup_s"]
             else:
-                need += variant_s(v["k"], ops, v["graphs"], v["steps"], seconds, v["condition"] != "none")
+                need += variant_s(v["members"], ops, v["graphs"], v["steps"], seconds, v["condition"] != "none")
                 need += GUESS["compile_s"] if v["compile"] else 0.0
         add("throughput", group, need, ", ".join(names), optional=group in OPTIONAL)
-    # clamp: depth 8, K = 1 and 12, 5 steps a round, 1 + 3 rounds of every method on both devices
+    # clamp: depth 8, M = 1 and 12, 5 steps a round, 1 + 3 rounds of every method on both devices
     clamp_calls = 4 * 3 * (1 + 12) * 8 * (GUESS["decomp_ms"] + GUESS["cpu_decomp_ms"]) * 1e-3
     add("clamp", "clamp", GUESS["startup_s"] + 2 * GUESS["build_s"] + clamp_calls
         + 4 * 5 * (step_s(1, ops, True, depth=8) + step_s(12, ops, True, depth=8)),
-        "bench.clamp_cost: the clamp's methods × devices, unpacked and K = 12, depth 8")
+        "bench.clamp_cost: the clamp's methods × devices, unpacked and M = 12, depth 8")
     # probe: depth 8, 1 + 3 rounds of (20 steps, probe twice, its forward, val), then the old probe twice
     add("probe", "probe", GUESS["startup_s"] + 4 * (20 * step_s(1, ops, True, depth=8) + 2.5 * GUESS["probe_s"])
         + 2 * (20 * step_s(1, ops, True, depth=8) + GUESS["old_probe_s"]) + 3 * GUESS["probe_s"],
         "bench.probe_cost: probe + validation in steps at depth 8")
-    # equivalence: K = 3 runs three ways (3 + 3 Trainers, one pack), 20 steps, 2 reports each
+    # equivalence: M = 3 runs three ways (3 + 3 Trainers, one pack), 20 steps, 2 reports each
     for amp in ("off", "bf16"):
         need = GUESS["startup_s"] + 7 * (GUESS["build_s"] + 4 * step_s(3, ops, False)) + 9 * 2 * GUESS["probe_s"] \
             + 9 * 20 * step_s(1, ops, False, depth=4)
-        add("equivalence", f"equivalence-{amp}", need, f"bench.pack_equivalence: K = 3, depth 4, amp {amp}")
+        add("equivalence", f"equivalence-{amp}", need, f"bench.pack_equivalence: M = 3, depth 4, amp {amp}")
     # sweep: twice (default flags, --pack 1): Ray, 3 depths × 2 seeds × 3 inits = 18 runs of 500 steps
     per_sweep = GUESS["ray_start_s"] + 18 * (GUESS["startup_s"] / 3 + 500 * step_s(1, ops, True) + 3 * GUESS["probe_s"])
     add("sweep", "sweep", 2 * per_sweep, "bench.gpu_sweep: the baseline sweep twice (upper bound: every run unpacked)",
@@ -158,7 +158,7 @@ def plan(ops: dict[int, float], seconds: float = 3.0) -> dict[str, Any]:
     for name, item in items.items():
         order.setdefault(item["section"], []).append(name)
     return {"guess": GUESS, "margin": MARGIN, "slack_s": SLACK_S, "ops_per_step": ops, "seconds_per_variant": seconds,
-            "step_s": {f"K={k} {'graphed' if g else 'eager'}": step_s(k, ops, g) for k in ops for g in (False, True)},
+            "step_s": {f"M={m} {'graphed' if g else 'eager'}": step_s(m, ops, g) for m in ops for g in (False, True)},
             "items": items, "order": order, "sections": sections, "total_s": sum(sections.values())}
 
 
@@ -179,7 +179,7 @@ def call_budget(p: dict[str, Any], sections: list[str]) -> int:
 
 def show(p: dict[str, Any]) -> None:
     print(f"[gpu_plan] ops per step (depth {DEPTH}, counted on the CPU): "
-          + ", ".join(f"K={k} {v:,.0f}" for k, v in p["ops_per_step"].items())
+          + ", ".join(f"M={m} {v:,.0f}" for m, v in p["ops_per_step"].items())
           + "; estimated GPU step: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in p["step_s"].items()))
     print("[gpu_plan] guesses: " + ", ".join(f"{k} {v:g}" for k, v in p["guess"].items())
           + f"; budget = need × {p['margin']:g} + {p['slack_s']:g} s")

@@ -1,4 +1,4 @@
-"""The baseline sweep run twice on one machine, with default flags and with ``--pack 1`` (issue 27):
+"""The baseline sweep run twice on one machine, with default flags and with ``--pack 1``:
 wall time, when each run took its first step, rows equal in number, and how far the values differ.
 
     python -m bench.gpu_sweep --out DIR [--tiny] [--timeout S]

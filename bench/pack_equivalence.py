@@ -1,10 +1,10 @@
 """Is a pack as close to its unpacked runs as two unpacked runs that differ only in the attention
-backend? (issue 27, item 5; SPEC §5.1 on a GPU)
+backend? (SPEC §5.1 on a GPU)
 
-    python -m bench.pack_equivalence [--device cuda] [--amp off|bf16] [--k 6] [--depth 4] [--steps 20]
+    python -m bench.pack_equivalence [--device cuda] [--amp off|bf16] [--members 6] [--depth 4] [--steps 20]
                                      [--size paper|demo|tiny] [--json FILE]
 
-K runs (the three inits in turn, seeds 37, 38, ...) are trained three ways from the same weights
+M runs (the three inits in turn, seeds 37, 38, ...) are trained three ways from the same weights
 and batches: (A) unpacked ``Trainer``s with the default attention backend (flash where the device
 has it), (B) the same with SDPA's math backend: the *backend noise*, and (P) one ``Trainer`` of several members
 (default backend). After ``--steps`` steps it compares P with A, and B with A:
@@ -12,7 +12,7 @@ has it), (B) the same with SDPA's math backend: the *backend noise*, and (P) one
 - every parameter tensor: ‖P−A‖/‖A‖ against ‖B−A‖/‖A‖, per member (the largest over members);
 - the training losses of every step, the validation loss and every probe column after the steps.
 
-The standard (issue 27): P−A no larger than B−A, tensor by tensor and column by column, up to a
+The standard: a pack changes results no more than a kernel choice does, P−A no larger than B−A, tensor by tensor and column by column, up to a
 factor printed as ``ratio`` (P−A over B−A; ≤ 1 holds it; where B−A is 0 the pack must be exact
 too). Why some tensors differ by a lot in both: AdamW divides each step by √v, so a tensor whose
 gradient is mostly rounding noise (``k_proj.bias``, zero in exact arithmetic; freshly initialised
@@ -45,11 +45,11 @@ FLOOR = 4 * torch.finfo(torch.float32).eps
 NOISE_ONLY = ("attn.k_proj.bias",)
 
 
-def members(k: int, size, steps: int, device: str, amp: str) -> list[tuple[str, int, TrainConfig]]:
+def members(m: int, size, steps: int, device: str, amp: str) -> list[tuple[str, int, TrainConfig]]:
     """(init, weight seed, TrainConfig) of each run: the three inits in turn, seeds 37, 38, ..."""
     cfg = lambda seed: TrainConfig(lr=size.lr, batch_size=size.batch, epochs=1, steps_per_epoch=steps,  # noqa: E731
                                    eval_batches=2, probe_seqs=8, amp=amp, device=device, seed=seed)
-    return [(INITS[i % 3], 37 + i, cfg(37 + i)) for i in range(k)]
+    return [(INITS[i % 3], 37 + i, cfg(37 + i)) for i in range(m)]
 
 
 def run_unpacked(mcfg, corpus, ms: list[tuple], backend: SDPBackend | None) -> tuple[list[dict], list[Any]]:
@@ -107,11 +107,11 @@ def compare(ref_w, ref_r, other_w, other_r) -> dict[str, float]:
     return out
 
 
-def measure(size_name: str, k: int, depth: int, steps: int, device: str, amp: str) -> dict[str, Any]:
+def measure(size_name: str, m: int, depth: int, steps: int, device: str, amp: str) -> dict[str, Any]:
     size = SIZES[size_name]
     corpus = bench_corpus(size.corpus)
     mcfg = model_config(size, depth, corpus.vocab_size)
-    ms = members(k, size, steps, device, amp)
+    ms = members(m, size, steps, device, amp)
     a = run_unpacked(mcfg, corpus, ms, None)
     b = run_unpacked(mcfg, corpus, ms, SDPBackend.MATH)
     p = run_packed(mcfg, corpus, ms)
@@ -123,14 +123,14 @@ def measure(size_name: str, k: int, depth: int, steps: int, device: str, amp: st
                      "noise_only": key.endswith(NOISE_ONLY)})
     judged = [r for r in rows if not r["noise_only"]]
     worst = max(judged, key=lambda r: r["ratio"])
-    return {"size": size_name, "k": k, "depth": depth, "steps": steps, "device": device, "amp": amp,
+    return {"size": size_name, "members": m, "depth": depth, "steps": steps, "device": device, "amp": amp,
             "rows": rows, "worst": worst, "held": all(r["ratio"] <= 1.0 for r in judged),
             "largest_pack_param": max((r for r in rows if r["what"].startswith("param")),
                                       key=lambda r: r["pack_vs_unpacked"])}
 
 
 def report(r: dict[str, Any], show: int = 12) -> None:
-    print(f"bench.pack_equivalence: {r['size']} width, depth {r['depth']}, K = {r['k']}, {r['steps']} steps, "
+    print(f"bench.pack_equivalence: {r['size']} width, depth {r['depth']}, M = {r['members']}, {r['steps']} steps, "
           f"{r['device']}, amp {r['amp']}: pack vs unpacked (P−A) against unpacked math vs default attention (B−A)")
     rows = sorted(r["rows"], key=lambda x: -max(x["pack_vs_unpacked"], x["backend_noise"]))
     print(f"  {'largest differences':42s} {'P−A':>10s} {'B−A':>10s} {'ratio':>7s}")
@@ -149,14 +149,14 @@ def report(r: dict[str, Any], show: int = 12) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m bench.pack_equivalence", description=__doc__.split("\n\n")[0])
     p.add_argument("--size", default="demo", choices=sorted(SIZES))
-    p.add_argument("--k", type=int, default=6)
+    p.add_argument("--members", type=int, default=6)
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--device", default="cpu")
     p.add_argument("--amp", default="off", choices=("off", "bf16"))
     p.add_argument("--json", default=None, help="also write the figures to this file")
     args = p.parse_args(argv)
-    r = measure(args.size, args.k, args.depth, args.steps, args.device, args.amp)
+    r = measure(args.size, args.members, args.depth, args.steps, args.device, args.amp)
     report(r)
     if args.json:
         with open(args.json, "w") as f:

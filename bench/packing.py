@@ -1,28 +1,28 @@
-"""Benchmark 5: packed trials (model/pack.py) against the same runs unpacked, side by side.
+"""Benchmark 5: packed trials (one ``model/trainer.py`` Trainer of M members) against the same runs unpacked, side by side.
 
-    python -m bench.packing [--depth 2] [--ks 1,3,6] [--count-ks 3,12,36] [--rounds 5] [--quick|--tiny]
+    python -m bench.packing [--depth 2] [--members 1,3,6] [--count-members 3,12,36] [--rounds 5] [--quick|--tiny]
 
-(a) Throughput. K one-run Trainers (the unpacked runs: K inits/seeds) against one Trainer of
-the same K members, at the demo shape (d_model 64, 4 heads, d_mlp 256, context 64, batch 16
-on stdlib-docs), K = 1, 3, 6. A round is ``train_epoch()`` of ``--steps`` steps on each of
-the K Trainers against one ``train_epoch()`` of the pack (no probe, no validation), alternated
+(a) Throughput. M one-run Trainers (the unpacked runs: M inits/seeds) against one Trainer of
+the same M members, at the demo shape (d_model 64, 4 heads, d_mlp 256, context 64, batch 16
+on stdlib-docs), M = 1, 3, 6. A round is ``train_epoch()`` of ``--steps`` steps on each of
+the M Trainers against one ``train_epoch()`` of the pack (no probe, no validation), alternated
 as in ``bench.common.alternate``; the ratio is tokens/s(pack) / tokens/s(unpacked) = time of
-the K Trainers / time of the pack, the median of the per-round ratios (CPU time with one
+the M Trainers / time of the pack, the median of the per-round ratios (CPU time with one
 thread, else wall time). On the CPU packing is expected to buy little: ``--pack auto`` picks 1
 there; the ratio is printed, not targeted.
 
 (b) Ops dispatched per member-step (a ``TorchDispatchMode`` counts every ATen op: the proxy
 for the launch-bound GPU step, whose time scales with the kernels it launches): an unpacked
-step against a packed one for K = 1, 3, 12, 36, divided by K. A step's count is the
+step against a packed one for M = 1, 3, 12, 36, divided by M. A step's count is the
 difference of ``train_epoch()`` at 3 and at 1 steps, halved (the per-epoch set-up cancels);
 it covers the batch draw, forward, backward, grad norms, clipping, AdamW and the
 intervention hooks. Counted twice: with the CPU's own attention kernel and with the math
 attention on both sides. The packed model runs each layer for all members in one kernel
 and attention with the members folded into SDPA's batch (no ``vmap``), so a pack step
-dispatches about one unpacked step's ops plus K batch draws. ``non_view`` leaves out view
+dispatches about one unpacked step's ops plus M batch draws. ``non_view`` leaves out view
 ops (no kernel on a GPU).
 
-The ratio printed last is issue 27's: packed/unpacked ops per member-step at K = 12 with
+The ratio printed last is the target one: packed/unpacked ops per member-step at M = 12 with
 the CPU's attention kernel, target ≤ 0.12 (0.18 with the vmap pack it replaced).
 """
 
@@ -57,7 +57,7 @@ from model.recipe import TrainConfig
 from model.stack import Member
 from model.trainer import Trainer
 
-TARGET_K, TARGET_RATIO = 12, 0.12  # issue 27
+TARGET_M, TARGET_RATIO = 12, 0.12  # a launch-bound GPU step scales with it
 
 
 class OpCounter(TorchDispatchMode):
@@ -74,21 +74,21 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def members(k: int, size: Size, steps: int) -> list[Member]:
-    """K members: the init regimes in turn, weight and batch seeds 37 + i."""
+def members(m: int, size: Size, steps: int) -> list[Member]:
+    """M members: the init regimes in turn, weight and batch seeds 37 + i."""
     inits = sorted(QK_INITS)
     cfg = lambda seed: TrainConfig(lr=size.lr, batch_size=size.batch, epochs=1, steps_per_epoch=steps,  # noqa: E731
                                    eval_batches=1, probe_seqs=16, device="cpu", seed=seed)
-    return [Member(inits[i % len(inits)], 37 + i, cfg(37 + i)) for i in range(k)]
+    return [Member(inits[i % len(inits)], 37 + i, cfg(37 + i)) for i in range(m)]
 
 
 def unpacked(mcfg: GPTConfig, corpus: Corpus, ms: list[Member]) -> list[Trainer]:
     return [Trainer(mcfg, [m], corpus) for m in ms]
 
 
-def throughput(size: Size, mcfg: GPTConfig, corpus: Corpus, k: int, steps: int, rounds: int) -> dict[str, Any]:
-    """One pack of K against K unpacked Trainers, alternated round by round."""
-    ms = members(k, size, steps)
+def throughput(size: Size, mcfg: GPTConfig, corpus: Corpus, m: int, steps: int, rounds: int) -> dict[str, Any]:
+    """One pack of M against M unpacked Trainers, alternated round by round."""
+    ms = members(m, size, steps)
     trainers, pack = unpacked(mcfg, corpus, ms), Trainer(mcfg, ms, corpus)
     sink: list[Any] = []
     cpu: dict[str, list[float]] = {}
@@ -96,15 +96,15 @@ def throughput(size: Size, mcfg: GPTConfig, corpus: Corpus, k: int, steps: int, 
                        "pack": lambda: sink.append(pack.train_epoch())}, rounds=rounds, warmup=1, cpu_times=cpu)
     use_cpu = torch.get_num_threads() == 1
     basis = cpu if use_cpu else times
-    tokens = k * steps * size.batch * size.context
+    tokens = m * steps * size.batch * size.context
     ratio = paired_ratio(basis["unpacked"], basis["pack"])
-    out = {"k": k, "steps_per_round": steps, "rounds": rounds, "tokens_per_round": tokens,
+    out = {"members": m, "steps_per_round": steps, "rounds": rounds, "tokens_per_round": tokens,
            "unpacked_s": times["unpacked"], "pack_s": times["pack"],
            "unpacked_cpu_s": cpu["unpacked"], "pack_cpu_s": cpu["pack"],
            "unpacked_tokens_per_s": tokens / med(basis["unpacked"]), "pack_tokens_per_s": tokens / med(basis["pack"]),
            "ratio": ratio, "ratio_iqr": paired_spread(basis["unpacked"], basis["pack"]),
            "ratio_basis": "cpu" if use_cpu else "wall"}
-    print(f"  K={k:2d}: {k} Trainers {fmt_s(med(basis['unpacked']) / steps)}/step "
+    print(f"  M={m:2d}: {m} Trainers {fmt_s(med(basis['unpacked']) / steps)}/step "
           f"({out['unpacked_tokens_per_s']:,.0f} tok/s)  pack {fmt_s(med(basis['pack']) / steps)}/step "
           f"({out['pack_tokens_per_s']:,.0f} tok/s)  ratio {ratio:.3f} (IQR {out['ratio_iqr'][0]:.3f}–"
           f"{out['ratio_iqr'][1]:.3f}, {out['ratio_basis']} time)", flush=True)
@@ -123,22 +123,22 @@ def ops_per_step(make: Callable[[int], Any]) -> tuple[float, float]:
     return (counts[1][0] - counts[0][0]) / 2, (counts[1][1] - counts[0][1]) / 2
 
 
-def dispatch_counts(size: Size, mcfg: GPTConfig, corpus: Corpus, ks: list[int], attention: str) -> dict[str, Any]:
+def dispatch_counts(size: Size, mcfg: GPTConfig, corpus: Corpus, sizes: list[int], attention: str) -> dict[str, Any]:
     """Ops per member-step, unpacked and packed, with the CPU's attention kernel or the math one."""
     ctx = sdpa_kernel(SDPBackend.MATH) if attention == "math" else nullcontext()
     with ctx:
         one = ops_per_step(lambda steps: unpacked(mcfg, corpus, members(1, size, steps))[0])
         rows = []
-        for k in ks:
-            total, non_view = ops_per_step(lambda steps, k=k: Trainer(mcfg, members(k, size, steps), corpus))
-            rows.append({"k": k, "ops_per_step": total, "non_view_per_step": non_view,
-                         "ops_per_member_step": total / k, "non_view_per_member_step": non_view / k,
-                         "ratio": total / k / one[0], "non_view_ratio": non_view / k / one[1]})
+        for m in sizes:
+            total, non_view = ops_per_step(lambda steps, m=m: Trainer(mcfg, members(m, size, steps), corpus))
+            rows.append({"members": m, "ops_per_step": total, "non_view_per_step": non_view,
+                         "ops_per_member_step": total / m, "non_view_per_member_step": non_view / m,
+                         "ratio": total / m / one[0], "non_view_ratio": non_view / m / one[1]})
     print(f"  ops per member-step, {attention} attention: unpacked {one[0]:.0f} ({one[1]:.0f} non-view)")
     for r in rows:
-        print(f"    packed K={r['k']:2d}: {r['ops_per_member_step']:7.1f} ({r['non_view_per_member_step']:6.1f} "
+        print(f"    packed M={r['members']:2d}: {r['ops_per_member_step']:7.1f} ({r['non_view_per_member_step']:6.1f} "
               f"non-view) per member-step = {r['ratio']:.3f}× unpacked ({r['non_view_ratio']:.3f}× non-view); "
-              f"1/K = {1 / r['k']:.3f}", flush=True)
+              f"1/M = {1 / r['members']:.3f}", flush=True)
     return {"attention": attention, "unpacked_ops_per_step": one[0], "unpacked_non_view_per_step": one[1],
             "packed": rows}
 
@@ -146,12 +146,12 @@ def dispatch_counts(size: Size, mcfg: GPTConfig, corpus: Corpus, ks: list[int], 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.packing", description=__doc__.split("\n\n")[0])
     p.add_argument("--depth", type=int, default=2, help="layers (the demo's intervention depth)")
-    p.add_argument("--ks", default="1,3,6", help="pack sizes for the throughput comparison")
-    p.add_argument("--count-ks", default="1,3,12,36", help="pack sizes for the dispatch counts")
+    p.add_argument("--members", default="1,3,6", help="pack sizes for the throughput comparison")
+    p.add_argument("--count-members", default="1,3,12,36", help="pack sizes for the dispatch counts")
     p.add_argument("--steps", type=int, default=4, help="steps per timed round")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds")
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
-    p.add_argument("--quick", action="store_true", help="K = 1, 3 timed; counts at K = 3, 12; fewer rounds")
+    p.add_argument("--quick", action="store_true", help="M = 1, 3 timed; counts at M = 3, 12; fewer rounds")
     p.add_argument("--tiny", action="store_true", help="smoke-test size: seconds")
     return p.parse_args(argv)
 
@@ -161,25 +161,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     threads = set_threads(args.threads)
     size = SIZES["demo"]
     if args.quick:
-        args.ks, args.count_ks, args.rounds, args.steps = "1,3", "3,12", 4, 2
+        args.members, args.count_members, args.rounds, args.steps = "1,3", "3,12", 4, 2
     if args.tiny:
-        size, args.depth, args.ks, args.count_ks, args.rounds, args.steps = SIZES["tiny"], 1, "2", "2", 2, 1
-    ks, count_ks = [int(k) for k in args.ks.split(",")], [int(k) for k in args.count_ks.split(",")]
+        size, args.depth, args.members, args.count_members, args.rounds, args.steps = SIZES["tiny"], 1, "2", "2", 2, 1
+    sizes, count_sizes = [int(m) for m in args.members.split(",")], [int(m) for m in args.count_members.split(",")]
     corpus = bench_corpus(size.corpus)
     mcfg = model_config(size, args.depth, corpus.vocab_size)
-    print(f"bench.packing: one pack of K vs K Trainers, {size.name} shape, depth {args.depth}, "
+    print(f"bench.packing: one pack of M vs M Trainers, {size.name} shape, depth {args.depth}, "
           f"{threads} thread(s)", flush=True)
-    results = [throughput(size, mcfg, corpus, k, args.steps, args.rounds) for k in ks]
-    counts = [dispatch_counts(size, mcfg, corpus, count_ks, attention) for attention in ("cpu", "math")]
-    at = next((r for r in counts[0]["packed"] if r["k"] == TARGET_K), counts[0]["packed"][-1])
+    results = [throughput(size, mcfg, corpus, m, args.steps, args.rounds) for m in sizes]
+    counts = [dispatch_counts(size, mcfg, corpus, count_sizes, attention) for attention in ("cpu", "math")]
+    at = next((r for r in counts[0]["packed"] if r["members"] == TARGET_M), counts[0]["packed"][-1])
     ratio = at["ratio"]
-    target = f"<= {TARGET_RATIO} at K = {TARGET_K}" if at["k"] == TARGET_K else f"(K = {TARGET_K} not counted)"
+    target = f"<= {TARGET_RATIO} at M = {TARGET_M}" if at["members"] == TARGET_M else f"(M = {TARGET_M} not counted)"
     out = {"benchmark": "packing", "size": size.name, "depth": args.depth, "results": results,
-           "dispatch": counts, "ratio": ratio, "target": target, "met": at["k"] == TARGET_K and ratio <= TARGET_RATIO,
+           "dispatch": counts, "ratio": ratio, "target": target, "met": at["members"] == TARGET_M and ratio <= TARGET_RATIO,
            "throughput_ratio_geomean": math.exp(sum(math.log(r["ratio"]) for r in results) / len(results)),
            "machine": machine()}
-    print("  tokens/s pack / unpacked: " + ", ".join(f"K={r['k']} {r['ratio']:.3f}" for r in results))
-    print_ratio(f"packing ops per member-step packed/unpacked at K = {at['k']} (CPU attention)", ratio, target)
+    print("  tokens/s pack / unpacked: " + ", ".join(f"M={r['members']} {r['ratio']:.3f}" for r in results))
+    print_ratio(f"packing ops per member-step packed/unpacked at M = {at['members']} (CPU attention)", ratio, target)
     return out
 
 

@@ -9,16 +9,16 @@ one training step (``Trainer.train_epoch()`` with ``steps_per_epoch=1``, batch
 probe_x)`` on the Trainer's own probe batch (16 × 128 validation windows) with
 its float64 SVDs on the CPU (``decomp_device="cpu"``) and on the model's device
 (``"same"``), the probe's forward pass alone (``probe_inputs``) and ``val_loss()``
-(8 validation batches of 64 × 128). Today's per-layer probe before issue 27
+(8 validation batches of 64 × 128). The per-layer probe the batched one replaced
 (``tests/probe_helpers.py``, "old") is timed in ``old_rounds`` rounds of its own
 beside the step, and every new row is checked against its rows (largest relative
 difference printed). Each figure is median(seconds) / median(step).
 
-Issue 27's target: at paper width and depth 8, the probe (with its SVDs where
+The target: at paper width and depth 8, the probe (with its SVDs where
 ``decomp_device="auto"`` puts them) plus validation ≤ 5 training steps on the GPU.
 The ratio printed last is that sum, in steps, at the worst depth.
 
-A pack (issue 31, ``--pack K``, default 12; 0 skips): K plain GPTs of the same shape stacked
+A pack (``--pack M``, default 12; 0 skips): M plain GPTs of the same shape stacked
 into one (``stacked_gpt``, as a pack's trainer holds them) and probed in one call
 (``probe_members``), alternated with one run's probe (``probe_members`` of member 0's own
 plain GPT, the same call as ``probe_layers``): the pack's time per member as × one run's
@@ -64,7 +64,7 @@ from model.stack import stack
 #: Today's per-layer probe, kept verbatim for the tests; absent outside a checkout.
 OLD_PROBE = Path(__file__).resolve().parents[1] / "tests" / "probe_helpers.py"
 TARGET_STEPS = 5.0
-#: Issue 31: a pack's probe time per member, as × one run's probe, on the CPU.
+#: The target: a pack's probe time per member, as × one run's probe, on the CPU.
 TARGET_PACK = 0.5
 
 
@@ -123,11 +123,11 @@ def real_decomposition_seconds(model: nn.Module, tokens: torch.Tensor) -> dict[s
             "matrices": sum(math.prod(sh[:-2]) for sh in shapes)}
 
 
-def measure_pack(mcfg, k: int, tokens: torch.Tensor, rounds: int, device: str) -> dict[str, Any]:
-    """A pack of k at ``mcfg`` probed in one call against one run's probe of the same shape:
+def measure_pack(mcfg, m: int, tokens: torch.Tensor, rounds: int, device: str) -> dict[str, Any]:
+    """A pack of m at ``mcfg`` probed in one call against one run's probe of the same shape:
     times, the per-member ratio, the values against each member's own probe, and where the
     decompositions of each should run."""
-    plain = [build_model(mcfg, "independent_xavier", 37 + i).to(device) for i in range(k)]
+    plain = [build_model(mcfg, "independent_xavier", 37 + i).to(device) for i in range(m)]
     pack = stacked_gpt(plain)
     run = plain[0]
     times = alternate({"run": lambda: probe_members(run, tokens), "pack": lambda: probe_members(pack, tokens)},
@@ -135,19 +135,19 @@ def measure_pack(mcfg, k: int, tokens: torch.Tensor, rounds: int, device: str) -
     rows = probe_members(pack, tokens)
     diff = max(max_rel_diff(rows[i], probe_layers(m, tokens)) for i, m in enumerate(plain))
     decomp = {"run": real_decomposition_seconds(run, tokens), "pack": real_decomposition_seconds(pack, tokens)}
-    out = {"pack": k, "probe_run_s": times["run"], "probe_pack_s": times["pack"],
-           "probe_pack_per_member_s": med(times["pack"]) / k,
-           "pack_per_member_ratio": paired_ratio(times["pack"], times["run"]) / k,
+    out = {"pack": m, "probe_run_s": times["run"], "probe_pack_s": times["pack"],
+           "probe_pack_per_member_s": med(times["pack"]) / m,
+           "pack_per_member_ratio": paired_ratio(times["pack"], times["run"]) / m,
            "max_rel_diff_pack_vs_members": diff,
            "decomp_seconds": {w: d["seconds"] for w, d in decomp.items()},
            "decomp_matrices": {w: d["matrices"] for w, d in decomp.items()},
            "decomp_device_run": decomp["run"]["device"], "decomp_device_pack": decomp["pack"]["device"]}
-    print(f"    probe of a pack of {k} in one call, per member {fmt_s(out['probe_pack_per_member_s']):>9} "
+    print(f"    probe of a pack of {m} in one call, per member {fmt_s(out['probe_pack_per_member_s']):>9} "
           f"vs one run's probe {fmt_s(med(times['run']))}: {out['pack_per_member_ratio']:.2f}x "
           f"(target <= {TARGET_PACK:g}x on the CPU; max rel. diff vs each member's own probe {diff:.1e})", flush=True)
     for w, d in decomp.items():
         per = ", ".join(f"{dev} {fmt_s(sec)}" for dev, sec in d["seconds"].items())
-        print(f"    decompositions of {'one run' if w == 'run' else f'the pack of {k}'}'s probe "
+        print(f"    decompositions of {'one run' if w == 'run' else f'the pack of {m}'}'s probe "
               f"({len(d['batches'])} batches, {d['matrices']} matrices): {per} -> {d['device']}", flush=True)
     return out
 

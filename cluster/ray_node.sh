@@ -12,7 +12,7 @@
 #                                           worker run mps-start before `ray start`)
 #
 # CUDA MPS: Ray's fractional GPUs are bookkeeping only; without MPS the processes of several
-# trials on one GPU time-slice it, with MPS their kernels overlap (issue 23: packs on one GPU).
+# trials on one GPU time-slice it, with MPS their kernels overlap (several packs share one GPU).
 # On a node with an NVIDIA GPU, head and worker start `nvidia-cuda-mps-control -d` when it is
 # installed (and keep one already running); otherwise, or with QKGEOM_MPS=0, they print one line
 # saying why not. The pipe and log folders are CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY

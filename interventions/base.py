@@ -20,7 +20,7 @@ A condition may be recorded only if its class declares ``graph_safe = True`` (no
 never read a tensor's value on the host (no ``.item()``, no data-dependent Python branch) and keep
 no Python-side state that changes from step to step. Others train eagerly, with one line saying so.
 
-Packed trials (``model/pack.py``, SPEC §5.1) train K runs of one condition as one
+Packed trials (``model/trainer.py`` with M members, SPEC §5.1) train M runs of one condition as one
 batched computation. A condition runs packed only if its class declares
 ``pack_aware = True`` (not inherited: a subclass that does not say so itself runs
 unpacked). Declaring it promises:
@@ -28,8 +28,8 @@ unpacked). Declaring it promises:
 - ``trainable`` gives the same answer for every member;
 - ``extra_loss`` and the forward hooks ``setup`` registers work on the packed model: the pack
   calls them on one extra instance set up on the ``GPT`` whose parameters are the stacked
-  weights ([K, ...], ``model.gpt``), so hooks see activations [K, B, T, d] and ``extra_loss``
-  returns one term per member, [K] (members must not mix: a term of member k reads only
+  weights ([M, ...], ``model.gpt``), so hooks see activations [M, B, T, d] and ``extra_loss``
+  returns one term per member, [M] (members must not mix: a term of member k reads only
   member k's slice); that instance must not read state that differs between members;
 - per-member state (what ``setup`` records, ``after_step``, ``state_dict``) lives in each
   member's own instance, set up on a plain GPT whose parameters are views of that member's
@@ -91,10 +91,10 @@ class Intervention:
     @classmethod
     def after_step_packed(cls, members: Sequence[Intervention], params: dict[str, Tensor],
                           models: Sequence[nn.Module]) -> None:
-        """``after_step`` for a whole pack of K members, after its optimiser step.
+        """``after_step`` for a whole pack of M members, after its optimiser step.
 
         members[i]: member i's instance; models[i]: a plain GPT whose parameters are views
-        of ``params[name][i]`` (params: name → [K, ...] stacked weights, as in
+        of ``params[name][i]`` (params: name → [M, ...] stacked weights, as in
         ``named_parameters``); in-place writes to either reach the pack. The default calls
         each member's ``after_step``; override to batch over members. A member whose weights
         turned non-finite must not raise: the pack marks it diverged at its next check.

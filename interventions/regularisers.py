@@ -50,7 +50,7 @@ class ForcedKContraction(Intervention):
     """Push key participation down: loss += λ·Σ_ℓ PR(K_ℓ)/d_model on each training batch.
 
     K_ℓ is the batch's own key activations of layer ℓ ([B·T, d_model], heads
-    concatenated; in a pack one per member, and the term is [K]), captured by forward hooks on ``attn.hook_k`` with autograd
+    concatenated; in a pack one per member, and the term is [M]), captured by forward hooks on ``attn.hook_k`` with autograd
     intact (no second forward pass). Captures are taken only in training mode
     with grad enabled, so the no-grad validation and probe passes leave them
     alone. Default λ = 0.05. Predicted vs ``none``: attention entropy ↓,
@@ -66,7 +66,7 @@ class ForcedKContraction(Intervention):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._keys: dict[int, Tensor] = {}  # layer → [B·T, d_model] keys of the batch (a pack: [K, B·T, d_model])
+        self._keys: dict[int, Tensor] = {}  # layer → [B·T, d_model] keys of the batch (a pack: [M, B·T, d_model])
         self._handles: list[RemovableHandle] = []
         self._n_layer = 0
         self._d_model = 0
@@ -82,7 +82,7 @@ class ForcedKContraction(Intervention):
     def _capture(self, layer: int):
         def hook(module: nn.Module, args: tuple[Tensor, ...], k: Tensor) -> None:
             if module.training and torch.is_grad_enabled():
-                self._keys[layer] = k.flatten(-3, -2)  # (B·T, d_model); a pack's k [K, B, T, d]: (K, B·T, d)
+                self._keys[layer] = k.flatten(-3, -2)  # (B·T, d_model); a pack's k [M, B, T, d]: (M, B·T, d)
         return hook
 
     def remove_hooks(self) -> None:
@@ -100,7 +100,7 @@ class ForcedKContraction(Intervention):
                 "extra_loss must follow a training-mode forward pass with grad enabled, after setup(model)"
             )
         keys, self._keys = self._keys, {}  # drop the references so the graph can be freed
-        pr = torch.stack([participation_ratio_f32(keys[layer]) for layer in range(self._n_layer)])  # (L[, K])
+        pr = torch.stack([participation_ratio_f32(keys[layer]) for layer in range(self._n_layer)])  # (L[, M])
         return self.lam * pr.sum(0) / self._d_model
 
     def load_state_dict(self, state: dict) -> None:
@@ -110,7 +110,7 @@ class ForcedKContraction(Intervention):
 def qk_cos_loss(wq: Tensor, wk: Tensor) -> Tensor:
     """1 − mean_i cos(W_Q[i,:], W_K[i,:]), signed, float32, differentiable.
 
-    wq, wk: [..., D_out, D_in] (a pack: [K, D_out, D_in]) → [...]. Unlike the reported alignment (|cos|, zero rows
+    wq, wk: [..., D_out, D_in] (a pack: [M, D_out, D_in]) → [...]. Unlike the reported alignment (|cos|, zero rows
     skipped) the sign counts here, so the pull is toward W_K ∥ +W_Q.
     """
     with torch.autocast(device_type=wq.device.type, enabled=False):
@@ -120,7 +120,7 @@ def qk_cos_loss(wq: Tensor, wk: Tensor) -> Tensor:
 @register
 @dataclass
 class QKAlignReg(Intervention):
-    """A weak pull toward Q/K alignment: loss += λ·Σ_ℓ (1 − mean_i cos(W_Q[i], W_K[i])).
+    """A weak pull toward Q/M alignment: loss += λ·Σ_ℓ (1 − mean_i cos(W_Q[i], W_K[i])).
 
     Acts on the weights (signed cosine of matching rows), not on activations.
     Default λ = 1e-3. No predicted direction (SPEC §5: "small change").
@@ -137,4 +137,4 @@ class QKAlignReg(Intervention):
         if self.lam == 0:
             return None
         terms = [qk_cos_loss(b.attn.q_proj.weight, b.attn.k_proj.weight) for b in model.blocks]
-        return self.lam * torch.stack(terms).sum(0)  # (L[, K]) → scalar (a pack: [K])
+        return self.lam * torch.stack(terms).sum(0)  # (L[, M]) → scalar (a pack: [M])

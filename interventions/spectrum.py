@@ -1,10 +1,10 @@
 """Projection interventions (SPEC §5): constrain weights after every optimiser step.
 
 ``clamp_spectrum`` is the clamp itself, for a whole batch of matrices in one decomposition call
-(all L layers of a run, all K·L of a pack). How it decomposes is a class setting of
+(all L layers of a run, all M·L of a pack). How it decomposes is a class setting of
 ``KSpectrumClamp`` (``method``, ``decomp_device``), not a strength: every method gives the same
 values to float64 rounding (tests/test_interventions_spectrum.py checks 600 steps against the
-clamp as it was before issue 31), they differ in cost only, and a GPU run picks the cheapest
+clamp as it was before the batched one), they differ in cost only, and a GPU run picks the cheapest
 (``bench/clamp_cost.py``, run by ``bench/gpu.sh``).
 """
 
@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from interventions.base import Intervention, register
 
-#: the ways ``clamp_spectrum`` can decompose W (module docstring; LOG.md, issue 31, weighs them)
+#: the ways ``clamp_spectrum`` can decompose W (module docstring; LOG.md, the clamp batched and priced, weighs them)
 METHODS = ("eigh", "svd", "refine")
 #: Ogita–Aishima refinement steps after the float32 eigh of ``method="refine"``
 REFINE_STEPS = 2
@@ -69,7 +69,7 @@ def clamp_spectrum(w: Tensor, sigma0: Tensor, method: str = "eigh", device: str 
     batch, in float64 on ``device`` (None: w's device). A matrix with a non-finite entry comes
     back as it is (its run is diverged; the loop marks it at its next check).
 
-    ``svd``: the SVD of W (the clamp before issue 31). ``eigh``: WᵀW = V·diag(σ²)·Vᵀ, then
+    ``svd``: the SVD of W (the clamp before the batched one). ``eigh``: WᵀW = V·diag(σ²)·Vᵀ, then
     U·diag(σ⁽⁰⁾)·Vᵀ = W·V·diag(σ⁽⁰⁾/σ)·Vᵀ (half an SVD's work on the CPU; U needs no sign
     pairing; σᵢ = ‖W·vᵢ‖). ``refine``: the same from a float32 eigh refined by ``REFINE_STEPS`` float64
     Ogita–Aishima steps (matrix products: a GPU runs them batched, where cuSOLVER loops over
@@ -139,13 +139,13 @@ class KSpectrumClamp(Intervention):
     @torch.no_grad()
     def after_step_packed(cls, members: Sequence[Intervention], params: dict[str, Tensor],
                           models: Sequence[nn.Module]) -> None:
-        """The clamp for K members at once: one decomposition call for [K, L, D, D]. A member whose
+        """The clamp for M members at once: one decomposition call for [M, L, D, D]. A member whose
         W_K is non-finite is left as it is (its loss is non-finite too: it will be marked diverged)."""
         if any(iv.sigma0 is None for iv in members):
             raise RuntimeError("k_spectrum_clamp: after_step_packed called before setup(model)")
         stacked = [params[f"blocks.{layer}.attn.k_proj.weight"] for layer in range(len(models[0].blocks))]
-        sigma0 = torch.stack([iv.sigma0 for iv in members])  # (K, L, D)
-        clamped = clamp_spectrum(torch.stack(stacked, dim=1), sigma0, cls.method, cls.decomp_device)  # (K, L, D, D)
+        sigma0 = torch.stack([iv.sigma0 for iv in members])  # (M, L, D)
+        clamped = clamp_spectrum(torch.stack(stacked, dim=1), sigma0, cls.method, cls.decomp_device)  # (M, L, D, D)
         for layer, weight in enumerate(stacked):
             weight.copy_(clamped[:, layer])
 

@@ -6,8 +6,8 @@ each function the vocabulary names (``metrics.spectra``, ``metrics.attention``, 
 runs once over the N items (a ``LayerMetric`` with ``batched=False`` once per item),
 the float64 SVDs on the CPU or the model's device (``decomp_device``), and every
 value reaches the host in one transfer. ``probe_members`` does the same for a pack
-(a GPT with stacked parameters, ``model.members`` = K): one probe pass of the stacked
-model and one ``probe_rows`` over N = K × L (member, layer) items, one host read.
+(a GPT with stacked parameters, ``model.members`` = M): one probe pass of the stacked
+model and one ``probe_rows`` over N = M × L (member, layer) items, one host read.
 
 The model must take ``model(idx, None, trace)`` (the probe path of ``model.gpt.GPT``,
 filling ``trace`` with one trace per layer) and expose ``blocks[i].attn.{q_proj, k_proj,
@@ -238,7 +238,7 @@ def decomposition_device(choice: DecompDevice, like: Tensor) -> torch.device:
     ``"cpu"``, ``"same"`` (like's device) or a device name are taken as they are. ``"auto"``:
     the CPU for CPU tensors; otherwise whichever of the CPU (transfer included) and like's
     device decomposed ``CALIBRATION_MATRICES`` of like's own matrices faster, measured on
-    the first call and kept for the process (LOG.md, issue 27).
+    the first call and kept for the process (LOG.md, a cheap per-epoch probe).
     """
     if choice == "same":
         return like.device
@@ -284,7 +284,7 @@ def _sync(device: torch.device) -> None:
 
 @dataclass(frozen=True)
 class ProbeInputs:
-    """``probe_rows``' inputs for N items (see there for shapes): N = L layers, or K × L
+    """``probe_rows``' inputs for N items (see there for shapes): N = L layers, or M × L
     (member, layer) items of a pack, member-major (item m·L + l is member m's layer l)."""
 
     q: Tensor
@@ -296,7 +296,7 @@ class ProbeInputs:
 
 
 def _items(per_layer: Sequence[Tensor], members: int | None) -> Tensor:
-    """Per-layer tensors [...] stacked as items [L, ...]; a pack's [K, ...] as [K·L, ...], member-major."""
+    """Per-layer tensors [...] stacked as items [L, ...]; a pack's [M, ...] as [M·L, ...], member-major."""
     return torch.stack(list(per_layer)) if members is None else torch.stack(list(per_layer), dim=1).flatten(0, 1)
 
 
@@ -326,7 +326,7 @@ def _traces(model: nn.Module, tokens: Tensor) -> list[Any]:
 
 def _batch_step(model: nn.Module, tokens: Tensor, members: int | None) -> int:
     """Sequences per probe pass: all B on a GPU; on the CPU as many as keep one layer's float32
-    scores [K, b, H, T, T] within ``PASS_BYTES`` (one run at paper width: all 16; a pack of 12:
+    scores [M, b, H, T, T] within ``PASS_BYTES`` (one run at paper width: all 16; a pack of 12:
     2, so a pack's pass works in cache-sized tensors like one run's, LOG.md)."""
     B, T = tokens.shape
     if tokens.device.type != "cpu":
@@ -341,9 +341,9 @@ def _gathered(chunks: Sequence[Sequence[Tensor]], members: int | None, batch_dim
     if len(chunks) == 1:
         return _items(chunks[0], members)
     first = chunks[0][0]
-    at = first.dim() - batch_dim  # the batch's dimension: 0, a pack's 1 (after K)
+    at = first.dim() - batch_dim  # the batch's dimension: 0, a pack's 1 (after M)
     out = first.new_empty(*first.shape[:at], len(chunks[0]), sum(c[0].shape[at] for c in chunks),
-                          *first.shape[at + 1:])  # [L, B, ...] (a pack: [K, L, B, ...])
+                          *first.shape[at + 1:])  # [L, B, ...] (a pack: [M, L, B, ...])
     lo = 0
     for chunk in chunks:
         for layer, t in enumerate(chunk):
@@ -356,7 +356,7 @@ def _gathered(chunks: Sequence[Sequence[Tensor]], members: int | None, batch_dim
 def probe_inputs(model: nn.Module, tokens: Tensor) -> ProbeInputs:
     """The no-grad probe pass of ``model`` on tokens [B, T], in eval mode (the previous mode
     restored afterwards) and full float32 precision (``full_precision``): its layers' traces
-    and Q/K weights stacked, N = L (a pack, ``model.members`` = K: N = K·L, member-major).
+    and Q/M weights stacked, N = L (a pack, ``model.members`` = M: N = M·L, member-major).
     On the CPU a pack's pass runs over chunks of the batch (``_batch_step``)."""
     members = getattr(model, "members", None)
     step = _batch_step(model, tokens, members)
@@ -367,16 +367,16 @@ def probe_inputs(model: nn.Module, tokens: Tensor) -> ProbeInputs:
         with full_precision(tokens.device.type):
             for lo in range(0, tokens.shape[0], step):
                 traces = _traces(model, tokens[lo:lo + step])
-                # q, k: [B, H, T, d_head] (a pack: [K, B, H, T, d_head]) → [B, T, H·d_head], heads concatenated
+                # q, k: [B, H, T, d_head] (a pack: [M, B, H, T, d_head]) → [B, T, H·d_head], heads concatenated
                 qs.append([tr.q.transpose(-3, -2).flatten(-2) for tr in traces])
                 ks.append([tr.k.transpose(-3, -2).flatten(-2) for tr in traces])
-                scores.append([tr.scores for tr in traces])  # [B, H, T, T] (a pack: [K, B, H, T, T])
+                scores.append([tr.scores for tr in traces])  # [B, H, T, T] (a pack: [M, B, H, T, T])
                 del traces
     finally:
         model.train(was_training)
     attn = [block.attn for block in model.blocks]
     return ProbeInputs(_gathered(qs, members, 3), _gathered(ks, members, 3), _gathered(scores, members, 4),
-                       _items([a.q_proj.weight.detach() for a in attn], members),  # [D, D] (a pack: [K, D, D])
+                       _items([a.q_proj.weight.detach() for a in attn], members),  # [D, D] (a pack: [M, D, D])
                        _items([a.k_proj.weight.detach() for a in attn], members), attn[0].n_head)
 
 
@@ -396,8 +396,8 @@ def probe_members(model: nn.Module, tokens: Tensor, *, decomp_device: DecompDevi
     """``probe_layers`` of each member: one list of per-layer rows per member, in member order.
 
     A plain model (``members`` None) is one member: ``[probe_layers(model, tokens)]``. A pack
-    (stacked parameters [K, ...], ``model.members`` = K) is probed in one call: one probe pass
-    of the stacked model on the shared tokens [B, T], one ``probe_rows`` over its K·L (member,
+    (stacked parameters [M, ...], ``model.members`` = M) is probed in one call: one probe pass
+    of the stacked model on the shared tokens [B, T], one ``probe_rows`` over its M·L (member,
     layer) items (one SVD batch per kind and chunk, spread over the CPU threads or on
     ``decomp_device``), one host read. Member m's rows equal ``probe_layers`` of its own plain
     GPT to rounding (the batched kernels sum in another order: ~1e-13 relative in float64).

@@ -89,7 +89,7 @@ def cpu_svdvals(x: Tensor, workers: int) -> Tensor:
     """``torch.linalg.svdvals`` of a CPU batch x [..., R, C] on ``workers`` threads.
 
     torch's batched CPU SVD runs its batch one matrix after another on one thread (LOG.md,
-    issue 27), and releases the GIL inside LAPACK: contiguous chunks on a thread pool, with
+    a cheap per-epoch probe), and releases the GIL inside LAPACK: contiguous chunks on a thread pool, with
     LAPACK itself held to one thread meanwhile (MKL's own threads on top oversubscribe the
     cores; ``torch.set_num_threads`` is process-wide, so this is for a caller, like the probe,
     that runs no other torch work meanwhile). Each matrix is decomposed by the same call as

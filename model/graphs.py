@@ -110,7 +110,7 @@ backend: CudaGraphs = CudaGraphs()
 class StepGraph:
     """An optimiser step recorded as a CUDA graph.
 
-    body(x, y): one step on the batch x, y [..., B, T] int64 (a pack: [K, B, T]) that reads and
+    body(x, y): one step on the batch x, y [..., B, T] int64 (a pack: [M, B, T]) that reads and
     writes only device tensors, gradients included; ``params``: the trained tensors;
     ``optimizer``: their AdamW, built with ``capturable=True``. What is recorded is the body
     followed by dropping the gradients (``zero_grad(set_to_none=True)``), as in the eager loop:

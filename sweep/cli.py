@@ -110,8 +110,8 @@ PackRequest = int | Literal["auto"]
 
 
 def add_pack_flags(g: argparse._ActionsContainer) -> None:
-    """``--pack K`` and ``--dry-run``: the same words on every sweep CLI."""
-    g.add_argument("--pack", default="auto", metavar="K",
+    """``--pack M`` and ``--dry-run``: the same words on every sweep CLI."""
+    g.add_argument("--pack", default="auto", metavar="M",
                    help="runs of one shape (depth, condition) trained as one batched model in one trial: "
                    "an integer >= 1 (1 = one run per trial), or auto = all runs of a shape when the Ray "
                    "cluster has GPUs, else 1")

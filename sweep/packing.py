@@ -1,6 +1,6 @@
 """Which runs share one Tune trial (SPEC §5.1, packed trials), and the plan a ``--dry-run`` prints.
 
-A pack is one trial that trains K runs of one shape, same depth, condition and strengths (the
+A pack is one trial that trains M runs of one shape, same depth, condition and strengths (the
 preset fixes corpus and schedule), differing in init and seed, as one batched model
 (``model.trainer.Trainer`` with several members). ``plan_packs`` cuts a grid into packs; ``--pack
 auto`` is every run of a shape when the Ray cluster has GPUs and 1 on a CPU-only
@@ -21,7 +21,7 @@ from sweep.presets import Cell, Preset
 
 @dataclass(frozen=True)
 class Pack:
-    """The cells one trial trains: one cell (an unpacked trial) or K of one shape."""
+    """The cells one trial trains: one cell (an unpacked trial) or M of one shape."""
 
     cells: tuple[Cell, ...]
 

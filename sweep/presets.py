@@ -156,7 +156,7 @@ def _schedule(template: TrainConfig, epochs: int, steps_per_epoch: int) -> Train
     return replace(template, epochs=epochs, steps_per_epoch=steps_per_epoch)
 
 
-#: The demo's schedule (LOG.md, issue 22): the baseline gets past the collapse after about
+#: The demo's schedule (LOG.md, the demo's schedule): the baseline gets past the collapse after about
 #: 1000 optimiser steps at lr 1e-3 (pr_q - pr_k rising in 13/18 seed-averaged traces at 850,
 #: 17/18 at 1000, 18/18 from 1050 on; 22 × 50 keeps one epoch of margin; pr_k falling 16/18);
 #: the interventions act from their first step and show every predicted direction in both
@@ -168,7 +168,7 @@ DEMO_INTERVENTION_DEPTH = 2
 DEMO_BASELINE_SCHEDULE = (22, 50)  # epochs × steps per epoch
 DEMO_INTERVENTION_SCHEDULE = (20, 30)
 #: ``sweep.demo --paper-depths``: the paper's depths at the demo width, long enough for Table 4's
-#: counts (24 × 50: pr_q - pr_k rising in 54/54 traces, pr_k falling in 52/54; issue 22).
+#: counts (24 × 50: pr_q - pr_k rising in 54/54 traces, pr_k falling in 52/54; LOG.md).
 PAPER_DEPTHS = (4, 6, 8)
 PAPER_INTERVENTION_DEPTH = 8
 PAPER_DEPTHS_BASELINE_SCHEDULE = (24, 50)

@@ -16,7 +16,7 @@ from sweep.cli import local_gpus
 DEFAULT_GPU_FRACTION = 0.25
 
 #: A local Ray on a laptop runs its trials at the priority of any other program and leaves out
-#: what nobody reads there (issue 22, LOG.md). Ray starts its workers at nice 15 (Ray 2.60's
+#: what nobody reads there (LOG.md, the demo's minutes). Ray starts its workers at nice 15 (Ray 2.60's
 #: ``worker_niceness``), so on a machine with anything else to do — the driver, Ray's own
 #: processes, the user's programs — the trials get the leftovers: 2-core sweeps under load got
 #: half the training a plain process pool got. Also off: the usage-stats reporter, and the

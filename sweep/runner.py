@@ -103,7 +103,7 @@ class SweepSettings:
     max_failures: int = 3  # retries of a failed trial from its checkpoint; -1 = retry forever
     resume: bool = False  # insist on continuing an experiment (continuing is automatic when one exists)
     num_gpus: int | None = None  # GPUs of the local Ray (None: the CUDA devices here)
-    pack: PackRequest = "auto"  # runs per trial: K, or auto (a whole shape with GPUs, else 1)
+    pack: PackRequest = "auto"  # runs per trial: M, or auto (a whole shape with GPUs, else 1)
     dry_run: bool = False  # print the plan, train nothing
     fault: FaultInjection | None = None  # crash tests only (``sweep.faults``): not a user option
     plugins: Plugins = Plugins()  # --plugin modules: every trial imports them first

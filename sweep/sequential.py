@@ -1,4 +1,4 @@
-"""``--seeds auto``: an intervention sweep in rounds until each claim is decided (issue 33, SPEC §8).
+"""``--seeds auto``: an intervention sweep in rounds until each claim is decided (SPEC §8).
 
 The statistics are ``analysis.sequential``'s (pure); this module runs the rounds. Round k trains
 the seeds between look k−1 and look k of every condition that still has an undecided claim,

@@ -12,7 +12,7 @@ one module carries a suffix naming what sets it apart: ``_s3`` (moto's S3 server
 trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/),
 ``test_cluster_yaml.py`` and ``test_ray_auth.py`` (the cluster launcher files and Ray's token
 auth), ``test_lock.py`` (requirements.lock against pyproject.toml), ``test_docs.py``
-(docs/SPEC.md: every "SPEC §n" in the code resolves) and ``test_docs_blocks.py`` (every bash and
+(docs/SPEC.md: every "SPEC §n" in the code resolves; every path the docs name exists) and ``test_docs_blocks.py`` (every bash and
 python block of README.md and docs/*.md runs). Helpers shared by several files are plain modules without the ``test_`` prefix
 (``helpers.py``, ``store_helpers.py``, ``intervention_helpers.py``, ``extension_helpers.py``,
 ``sweep_helpers.py``, ``hf_trace_helpers.py``, ``s3_server.py``, ``plugin_toy.py``,

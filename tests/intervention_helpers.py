@@ -86,7 +86,7 @@ def none_run() -> tuple[dict[str, torch.Tensor], EpochReport]:
 
 
 class OldKSpectrumClamp(Intervention):
-    """The k_spectrum_clamp as it was before issue 31 (one float64 SVD per layer batch), kept verbatim
+    """The k_spectrum_clamp as it was before the batched clamp (one float64 SVD per layer batch), kept verbatim
     as the reference of the batched clamp (test_interventions_spectrum.py). Not registered."""
 
     name = "k_spectrum_clamp"

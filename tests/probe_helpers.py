@@ -1,6 +1,6 @@
 """Today's per-layer probe (main at 09645bb), kept verbatim as the reference of the batched one.
 
-Before issue 27 ``metrics.probe.probe_layers`` reduced each layer on its own: one ``svdvals``
+Before the batched probe ``metrics.probe.probe_layers`` reduced each layer on its own: one ``svdvals``
 call per layer and input, and one ``.item()`` (a device sync) per metric. The functions below
 are copied from ``metrics/spectra.py`` and ``metrics/attention.py`` as they were, and
 ``old_probe_layers`` is that probe's loop with its columns written out (the hand-written

@@ -130,7 +130,7 @@ def test_paper_store_checks_the_paper_spread():
         assert rows[f"alignment.final.{init}"]["within_paper_spread"] is True, init
 
 
-# --- what each row measured, said once and in the same units (issue 35) -------------------------
+# --- what each row measured, said once and in the same units -------------------------
 
 
 def test_local_checkpoint_series_leave_the_public_series_claims_not_measured():

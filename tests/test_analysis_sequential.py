@@ -1,4 +1,4 @@
-"""``--seeds auto``'s decision function, proved by simulation (issue 33): vectorised, seconds."""
+"""``--seeds auto``'s decision function, proved by simulation: vectorised, seconds."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from analysis.sequential import (
     run_design,
 )
 
-SIMS = 4000  # sequential experiments per simulation (>= 2,000, the issue's floor)
+SIMS = 4000  # sequential experiments per simulation (>= 2,000: a rate of 0.05 to ±0.01)
 ALPHA = 0.05
 #: Realistic seed-to-seed spread of a paired Δ: forced K contraction's qk_erank at the demo
-#: (LOG.md, issue 22: −0.288 / −0.546 over seeds 7 and 37) has sd ≈ 0.18.
+#: (LOG.md, the demo's schedule: −0.288 / −0.546 over seeds 7 and 37) has sd ≈ 0.18.
 SPREAD = 0.18
 #: The demo's effects, standardised (mean / sd of the paired Δ over seeds 7, 37: 2.3 to 3.6,
 #: upward-biased with two seeds); the simulation plants a smaller one, 1.5 sd.

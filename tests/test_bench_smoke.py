@@ -82,7 +82,7 @@ def test_probe_cost_tiny() -> None:
     assert r["auto_decomp_device"] == "cpu" and r["probe_in_steps"] == r["probe_cpu_in_steps"]
     assert out["ratio"] == r["probe_plus_val_in_steps"] and out["target"] == "<= 5 steps"
     assert max(r["max_rel_diff_vs_old"].values()) < 1e-10  # the new rows are today's
-    # a pack of 12 probed in one call, against one run's probe (issue 31)
+    # a pack of 12 probed in one call, against one run's probe
     assert out["pack"] == r["pack"] == 12 and out["pack_ratio"] == r["pack_per_member_ratio"] > 0
     assert out["pack_target"] == "<= 0.5x" and r["max_rel_diff_pack_vs_members"] < 1e-5
     assert len(r["probe_run_s"]) == len(r["probe_pack_s"]) == 2
@@ -141,7 +141,7 @@ def test_packing_tiny() -> None:
     out = packing.main(["--tiny"])
     _check(out, {"dispatch", "throughput_ratio_geomean"})
     (r,) = out["results"]
-    assert r["k"] == 2 and r["pack_tokens_per_s"] > 0 and r["unpacked_tokens_per_s"] > 0
+    assert r["members"] == 2 and r["pack_tokens_per_s"] > 0 and r["unpacked_tokens_per_s"] > 0
     for counts in out["dispatch"]:
         assert counts["unpacked_ops_per_step"] > 0 and counts["packed"][0]["ops_per_member_step"] > 0
 
@@ -182,7 +182,7 @@ def test_gpu_plan_budgets_fit_a_call_and_throughput_fits_four_minutes() -> None:
     assert gpu_plan.call_budget(plan, ["throughput"]) <= gpu_plan.THROUGHPUT_ALONE_S == 240
     assert plan["total_s"] + gpu_plan.OVERHEAD_S <= gpu_plan.BUDGET_S  # the non-optional items of a whole call
     assert gpu_plan.call_budget(plan, ["sweep"]) >= plan["items"]["sweep"]["need_s"]  # asked alone, it can run
-    # a need grows with what an item runs: a clamp step adds K·L decompositions
+    # a need grows with what an item runs: a clamp step adds M·L decompositions
     ops = dict(gpu_plan.OPS_FALLBACK)
     assert gpu_plan.step_s(12, ops, True, clamp=True) > gpu_plan.step_s(12, ops, True) + 12 * 6 * 4e-3
 
@@ -208,8 +208,8 @@ def test_gpu_script_runs_a_section_and_skips_what_does_not_fit(tmp_path: Path) -
 def test_clamp_cost_tiny() -> None:
     from bench import clamp_cost
 
-    out = clamp_cost.main(["--tiny", "--ks", "1,2", "--depths", "1", "--rounds", "1"])
-    assert [(r["k"], len(r["rows"])) for r in out["results"]] == [(1, 3), (2, 3)]
+    out = clamp_cost.main(["--tiny", "--members", "1,2", "--depths", "1", "--rounds", "1"])
+    assert [(r["members"], len(r["rows"])) for r in out["results"]] == [(1, 3), (2, 3)]
     for r in out["results"]:
         assert r["none_step_s"] > 0
         for row in r["rows"]:
@@ -229,9 +229,9 @@ def test_gpu_report_tables_every_section_on_the_cpu(tmp_path: Path, capsys) -> N
         '"status": "skipped: needs 108s, 30s left"}\n'
         '{"item": "probe", "section": "probe", "budget_s": 46, "ran_s": 46, "rc": 124, "status": "timed out after 46s"}\n')
     (tmp_path / "clamp.json").write_text(json.dumps({"results": [
-        {"k": 12, "depth": 8, "none_step_s": 0.02, "fastest": "eigh@cpu", "fastest_step_with_clamp": 3.5,
+        {"members": 12, "depth": 8, "none_step_s": 0.02, "fastest": "eigh@cpu", "fastest_step_with_clamp": 3.5,
          "rows": [{"clamp": "eigh@cuda", "x_none_step": 4.0}, {"clamp": "eigh@cpu", "x_none_step": 2.5}]}]}))
-    eq = pack_equivalence.main(["--size", "tiny", "--k", "2", "--depth", "1", "--steps", "2",
+    eq = pack_equivalence.main(["--size", "tiny", "--members", "2", "--depth", "1", "--steps", "2",
                                 "--json", str(tmp_path / "equivalence-off.json")])
     assert eq["held"], eq["worst"]  # CPU float32: the pack is far inside the backend noise
     (tmp_path / "probe.json").write_text(json.dumps({"ratio": 3.5, "decomp_device": "cuda:0", "worst_depth": 8,
@@ -249,7 +249,7 @@ def test_gpu_report_tables_every_section_on_the_cpu(tmp_path: Path, capsys) -> N
     assert "section throughput: ran 19 s of 43 s budgeted: unpacked 19/43 s (ok), compile 0/149 s (skipped: " \
         "needs 108s, 30s left)" in printed
     assert "section probe: ran 46 s of 46 s budgeted: probe 46/46 s (timed out after 46s)" in printed
-    assert "pack vs unpacked, cpu amp off, K = 2" in printed and "standard holds" in printed
+    assert "pack vs unpacked, cpu amp off, M = 2" in printed and "standard holds" in printed
     assert "pack vs unpacked, amp bf16: not measured" in printed and "sweep twice: not measured" in printed
 
 
@@ -274,7 +274,7 @@ def test_gpu_packing_variants_and_projection_on_the_cpu(tmp_path: Path, capsys) 
     from bench import gpu_packing
 
     per_epoch, baseline, interventions = gpu_packing.paper_grid_steps()
-    assert per_epoch == 4394 and baseline + interventions == 9_095_580  # issue 23: ≈ 9.1M steps
+    assert per_epoch == 4394 and baseline + interventions == 9_095_580  # the paper grid: ≈ 9.1M steps
     assert gpu_packing.projected_hours(1000.0) == pytest.approx((baseline + interventions * 8 / 6) / 1000 / 3600)
     for name in ("unpacked", "pack12", "pack12_graphs", "pack12_clamp"):
         assert gpu_packing.run_variant(name, tmp_path, "cpu", True, 0.01) == 0
@@ -288,7 +288,7 @@ def test_gpu_packing_variants_and_projection_on_the_cpu(tmp_path: Path, capsys) 
     assert all(0 < busy[n]["gpu_busy"] for n in ("unpacked", "unpacked_graphs")), busy
     assert result["busy"] == busy and "before the graph was recorded" in busy["method"]
     pack = result["variants"]["pack12"]
-    assert pack["k"] == 12 and pack["tokens_per_s"] > 0 and math.isfinite(pack["projected_paper_grid_h"])
+    assert pack["members"] == 12 and pack["tokens_per_s"] > 0 and math.isfinite(pack["projected_paper_grid_h"])
     assert pack["graph_status"] == "off: graphs=False"
     assert result["variants"]["unpacked"]["speedup_vs_unpacked"] == 1.0
     assert "paper grid: 9,095,580 run-steps" in printed and "pack12" in printed

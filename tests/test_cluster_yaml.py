@@ -170,7 +170,7 @@ def test_aws_security_group_admits_ray_ports_from_the_cluster_only(raw):
             assert not (rng.get("CidrIp") == "0.0.0.0/0" and rule.get("FromPort") != 22), rule
 
 
-# --- CUDA MPS on GPU nodes (issue 23): ray_node.sh starts it before Ray, or says why not ---------
+# --- CUDA MPS on GPU nodes (packs share a GPU): ray_node.sh starts it before Ray, or says why not ---------
 
 
 def _fake_tools(bin_dir: Path, gpu: bool, mps: bool) -> Path:

@@ -1,15 +1,20 @@
 """docs/SPEC.md, the definitions document: every "SPEC §n" the code cites is one of its headings,
 README.md links it, and it names every store column, condition (with its strengths' defaults),
-init regime and preset the code defines.
+init regime and preset the code defines. And the paths the documentation names: every repository
+path in README.md, docs/, bench/RESULTS.md, docstrings and comments exists, and
+docs/architecture.md's layout table lists exactly the modules of the tree.
 
 Not named after one module: it checks a document against the whole repository.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import io
 import os
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -171,3 +176,101 @@ def test_every_init_and_preset_is_named(spec_text):
 
     names = [*PAPER_INITS, *BASELINE_PRESETS, *INTERVENTION_PRESETS]
     assert not [n for n in names if f"`{n}`" not in spec_text]
+
+
+# --- the paths the documentation names exist -------------------------------------------------
+
+#: What may be described in the past tense (paths that once were): the log of what was tried.
+HISTORY = {"LOG.md"}
+#: Prose that names repository paths: the README, docs/ and the measured results.
+PROSE = ["README.md", "bench/RESULTS.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+
+
+def _top_level(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir()
+                  if p.is_dir() and p.name not in SKIP_DIRS - {"docs"} and not p.name.endswith(".egg-info")
+                  and (not p.name.startswith(".") or p.name == ".ci"))
+
+
+def path_pattern(root: Path = ROOT) -> re.Pattern[str]:
+    """A repository path: a top-level folder of ``root``, a slash and more (not part of a longer name)."""
+    tops = "|".join(re.escape(d) for d in _top_level(root))
+    return re.compile(rf"(?<![\w./-])((?:{tops})/[\w./-]*[\w/])")
+
+
+def named_paths(text: str, pattern: re.Pattern[str]) -> list[str]:
+    """Repository paths named in ``text``; a pattern (``*``, ``<name>``, ``{a,b}``) is not a path."""
+    return [m.group(1) for m in pattern.finditer(text) if not re.search(r"[*<>{}]", m.group(1))]
+
+
+def python_prose(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring of a Python source."""
+    out = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+           if t.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                out.append((body[0].lineno, body[0].value.value))
+    return sorted(out)
+
+
+def missing_paths(root: Path = ROOT) -> list[str]:
+    """``file:line: path`` for every named repository path, or relative link, that does not exist."""
+    pattern, bad = path_pattern(root), []
+    for rel in PROSE:
+        for i, line in enumerate((root / rel).read_text(encoding="utf-8").splitlines(), 1):
+            links = [t for t in _LINK.findall(line) if "://" not in t and not t.startswith("mailto:")]
+            bad += [f"{rel}:{i}: {p}" for p in named_paths(line, pattern) if not (root / p).exists()
+                    and p not in links]
+            bad += [f"{rel}:{i}: link {t}" for t in links if not ((root / rel).parent / t).exists()]
+    for path in sorted(_files(root)):
+        rel = path.relative_to(root)
+        if path.suffix not in (".py", ".sh") or str(rel) in HISTORY:
+            continue
+        source = path.read_text(encoding="utf-8")
+        chunks = python_prose(source) if path.suffix == ".py" else [
+            (i, line) for i, line in enumerate(source.splitlines(), 1) if line.lstrip().startswith("#")]
+        for line, text in chunks:
+            bad += [f"{rel}:{line}: {p}" for p in named_paths(text, pattern) if not (root / p).exists()]
+    return bad
+
+
+def test_missing_paths_finds_planted_ones(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "gpt.py").write_text(
+        '"""Built by ``model/stack.py``; see model/gpt.py."""\n# model/old.py did this once\nx = "model/gone.py"\n')
+    for rel in PROSE:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    (tmp_path / "README.md").write_text("`model/gpt.py`, [a page](docs/none.md), `model/*.py`, `runs/x`\n")
+    assert missing_paths(tmp_path) == ["README.md:1: link docs/none.md",
+                                       "model/gpt.py:1: model/stack.py", "model/gpt.py:2: model/old.py"]
+
+
+def test_every_named_path_exists():
+    bad = missing_paths()
+    assert not bad, "paths named but not in the repository (LOG.md may name what once was):\n" + "\n".join(bad)
+
+
+def layout_table(markdown: str) -> dict[str, set[str]]:
+    """docs/architecture.md's layout table: package folder -> the module files its row names."""
+    section = markdown.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([\w/]+/)` \|(.*)\|[^|]*\|\s*$", section, re.M)
+    return {pkg: set(re.findall(r"`([\w]+\.(?:py|sh))`", cells)) for pkg, cells in rows}
+
+
+def test_layout_table_matches_the_tree():
+    table = layout_table((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    packages = sorted(f"{p.parent.relative_to(ROOT)}/" for p in ROOT.glob("*/**/__init__.py")
+                      if p.parts[len(ROOT.parts)] not in {"tests", *SKIP_DIRS} and ".egg-info" not in str(p))
+    assert sorted(table) == packages, "layout rows differ from the tree's packages"
+    for pkg, named in table.items():
+        folder = ROOT / pkg
+        tree = {p.name for p in folder.iterdir() if p.suffix in (".py", ".sh") and p.name != "__init__.py"}
+        tree -= {"__main__.py"} - named  # a package's __main__ may go unnamed beside its cli.py
+        assert named - tree == set(), f"{pkg}: the table names modules that do not exist: {sorted(named - tree)}"
+        assert tree - named == set(), f"{pkg}: modules the table does not name: {sorted(tree - named)}"

@@ -82,7 +82,7 @@ def test_k_spectrum_clamp_state_restores_sigma0() -> None:
     assert torch.equal(a.sigma0, b.sigma0)
 
 
-# -- the batched clamp against the clamp before issue 31 ---------------------------
+# -- the batched clamp against the clamp before it (one SVD per layer batch) ------
 
 
 class _Compared(OldKSpectrumClamp):
@@ -112,18 +112,18 @@ def test_the_batched_clamp_gives_the_old_clamp_at_every_step_of_600(init: str) -
     W_K, lands within 1e-6 of the old clamp's float64 result (disjoint_support_xavier: W_K of rank
     D/2, σ⁽⁰⁾ half zeros). (Two whole runs, one per clamp, do
     not stay that close: where two current singular values nearly meet, U·diag(σ⁽⁰⁾)·Vᵀ turns
-    on rounding, and AdamW carries any difference on; LOG.md, issue 31.)"""
+    on rounding, and AdamW carries any difference on; LOG.md, the clamp batched and priced.)"""
     iv = _Compared()
     trainer = Trainer(model_cfg(), [Member(init, SEED, dataclasses.replace(train_cfg(), epochs=2, steps_per_epoch=300))],
                       tiny_corpus(), lambda: iv)
     assert trainer.run() == ["completed"]
     assert iv.steps == 600
     assert all(v <= 1e-6 for v in iv.worst.values()), iv.worst
-    assert iv.worst["svd"] == 0.0  # the same computation as before issue 31
+    assert iv.worst["svd"] == 0.0  # the same computation as the clamp before
 
 
 def test_a_pack_is_clamped_in_one_decomposition_call(monkeypatch) -> None:
-    """K = 3 members × 2 layers: one eigh call for all six matrices, each member's values those of
+    """M = 3 members × 2 layers: one eigh call for all six matrices, each member's values those of
     the old per-member clamp, and a member with a non-finite W_K left as it is."""
     torch.manual_seed(0)
     k, layers, d = 3, 2, 16

@@ -20,7 +20,7 @@ from metrics.columns import (
 
 #: sha256 of each table's serialized Arrow schema before the vocabulary moved out of
 #: sweep/store/schema.py (commit 8e57fe5): the move changed no name, type or order. The columns
-#: added since, ``strengths`` (dose–response, SPEC §6) and the epochs' ``time`` (issue 32: when the
+#: added since, ``strengths`` (dose–response, SPEC §6) and the epochs' ``time`` (trackers: when the
 #: row was written, for the trackers), are taken out before comparing, and
 #: the one renamed since, ``condition``, gets back its old name ``intervention``.
 SCHEMA_SHA256 = {
@@ -41,7 +41,7 @@ def test_schemas_byte_identical_to_before_the_move() -> None:
         return schema if i < 0 else schema.set(i, schema.field(i).with_name("intervention"))
 
     got = {t: hashlib.sha256(before(s).serialize().to_pybytes()).hexdigest() for t, s in SCHEMAS.items()
-           if t in SCHEMA_SHA256}  # the runs table came later (issue 28)
+           if t in SCHEMA_SHA256}  # the runs table came later (trackers read it)
     assert got == SCHEMA_SHA256
     assert [t for t, s in SCHEMAS.items() if "strengths" in s.names] == ["layers", "epochs", "runs"]
 

@@ -303,7 +303,7 @@ def test_probe_rows_equal_a_naive_float64_reference() -> None:
             assert f[col] == pytest.approx(want, rel=1e-4, abs=1e-5), (layer, col)
 
 
-# -- the batched probe against today's per-layer code (issue 27) ------------------------------
+# -- the batched probe against today's per-layer code -----------------------------------------
 
 
 SHAPES = [{}, {"n_layer": 3, "n_head": 2}, {"n_layer": 4, "n_head": 8, "d_model": 64}, {"n_layer": 1, "n_head": 1}]

@@ -1,4 +1,4 @@
-"""metrics/probe.py's probe_members (SPEC §4.1): a pack of K runs probed in one call, its values
+"""metrics/probe.py's probe_members (SPEC §4.1): a pack of M runs probed in one call, its values
 those of each member's own probe."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ SHAPES = [{"n_layer": 3, "n_head": 2}, {"n_layer": 2, "n_head": 4, "d_model": 64
 
 
 def members(k: int, first_seed: int = 0, **shape) -> list[torch.nn.Module]:
-    """K float64 tiny GPTs of one shape, each off its init in its own way (alternating inits)."""
+    """M float64 tiny GPTs of one shape, each off its init in its own way (alternating inits)."""
     return [random_model(first_seed + i, **shape).double() for i in range(k)]
 
 
@@ -29,7 +29,7 @@ def tokens(vocab_size: int, seed: int = 0, batch: int = 3) -> torch.Tensor:
 @pytest.mark.parametrize("shape", range(len(SHAPES)))
 @pytest.mark.parametrize("decomp_device", ["auto", "cpu", "same"])
 def test_a_pack_in_one_call_equals_each_members_own_probe(shape: int, decomp_device: str) -> None:
-    """K = 3 members, more than one layer, float64: every row of every member within 1e-10 of
+    """M = 3 members, more than one layer, float64: every row of every member within 1e-10 of
     probe_layers on that member's own plain GPT."""
     plain = members(3, first_seed=10 * shape, **SHAPES[shape])
     pack = stacked_gpt(plain)
@@ -74,7 +74,7 @@ def test_a_plain_model_is_one_member_probed_by_probe_layers() -> None:
 
 
 def test_a_pack_is_one_probe_pass_and_one_host_read() -> None:
-    """One forward of the stacked model, one .tolist(), whatever K (member by member: K of each)."""
+    """One forward of the stacked model, one .tolist(), whatever M (member by member: M of each)."""
     plain = members(3, n_layer=2)
     pack = stacked_gpt(plain)
     idx = tokens(pack.cfg.vocab_size)
@@ -93,18 +93,18 @@ def test_a_pack_is_one_probe_pass_and_one_host_read() -> None:
 
 
 def test_every_decomposition_of_a_pack_is_one_batched_call(monkeypatch) -> None:
-    """Four SVD batches for K members × L layers: every (member, layer, b, h) score and attention
+    """Four SVD batches for M members × L layers: every (member, layer, b, h) score and attention
     matrix, every member's W_Q and W_K of every layer together, every head block."""
     import metrics.spectra
 
     shapes = []
     real = metrics.spectra.svdvals
     monkeypatch.setattr(metrics.spectra, "svdvals", lambda m: shapes.append(tuple(m.shape)) or real(m))
-    K, L = 3, 2
-    pack = stacked_gpt(members(K, n_layer=L))
+    M, L = 3, 2
+    pack = stacked_gpt(members(M, n_layer=L))
     H, D, dh = pack.cfg.n_head, pack.cfg.d_model, pack.cfg.d_head
     probe_members(pack, tokens(pack.cfg.vocab_size, batch=4))
-    N = K * L
+    N = M * L
     assert sorted(shapes) == sorted([(N, 4, H, CONTEXT, CONTEXT)] * 2 + [(2 * N, D, D), (2 * N, H, dh, D)])
 
 
@@ -125,8 +125,8 @@ def test_a_per_item_plugin_metric_sees_one_member_layer_at_a_time() -> None:
     module.per_item_q, module.per_item_w = per_item_q, per_item_w
     extra = (LayerMetric("toy_q", "activation", ("q", "scores"), "probe_pack_plugin_toy:per_item_q", "toy"),
              LayerMetric("toy_w", "weight", ("wq", "wk", "n_head"), "probe_pack_plugin_toy:per_item_w", "toy"))
-    K, L = 3, 2
-    plain = members(K, n_layer=L)
+    M, L = 3, 2
+    plain = members(M, n_layer=L)
     pack = stacked_gpt(plain)
     idx = tokens(pack.cfg.vocab_size)
     B, T, D, H = idx.shape[0], CONTEXT, pack.cfg.d_model, pack.cfg.n_head
@@ -136,7 +136,7 @@ def test_a_per_item_plugin_metric_sees_one_member_layer_at_a_time() -> None:
         check_layer_columns(vocabulary)
         mp.setattr(columns, "LAYER_COLUMNS", vocabulary)
         got = probe_members(pack, idx)
-        assert seen == {"activation": [((B, T, D), (B, H, T, T))] * (K * L), "weight": [((D, D), H)] * (K * L)}
+        assert seen == {"activation": [((B, T, D), (B, H, T, T))] * (M * L), "weight": [((D, D), H)] * (M * L)}
         for m, model in enumerate(plain):
             want = probe_layers(model, idx)
             assert_rows_equal_to_1e10(got[m], want)

@@ -191,7 +191,7 @@ def test_alignment_shape_mismatch() -> None:
         qk_alignment(torch.ones(4, 4), torch.ones(4, 5))
 
 
-# -- leading item dimensions and where the SVDs run (issue 27) -------------------------------
+# -- leading item dimensions and where the SVDs run -----------------------------------------
 
 
 def test_weight_functions_take_leading_dimensions_item_by_item() -> None:

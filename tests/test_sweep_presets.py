@@ -97,7 +97,7 @@ def test_interventions_paper_is_the_study():
 # (LOG.md, 2026-12-03: 27 / 48 / 70 / 92 ms for 1 / 2 / 3 / 4 layers; 8 layers extrapolated),
 # and one epoch's probe + validation: what `sweep.estimate` would time there.
 SLOW_MACHINE = {d: ShapeCost(step_s=0.005 + 0.0217 * d, epoch_s=0.2) for d in range(1, 9)}
-# Fewest optimiser steps that showed the effects (LOG.md, issue 22): the baseline past the
+# Fewest optimiser steps that showed the effects (LOG.md, the demo's schedule): the baseline past the
 # collapse (17/18 traces rising at 1000, 18/18 at 1026), every intervention direction at 600,
 # Table 4's counts at the paper's depths at 1200.
 MIN_BASELINE_STEPS = 1000

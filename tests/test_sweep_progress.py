@@ -25,7 +25,7 @@ def test_no_estimate_before_the_first_epoch():
     assert eta_line(360, 720, 5.0, epochs_at_start=360).endswith("after the first epoch")
 
 
-# --- the reporter: one line by default, Tune's table with --progress-tables (issue 35) -----------
+# --- the reporter: one line by default, Tune's table with --progress-tables ---------------------
 
 class _Trial:
     def __init__(self, status: str, epoch: int | None = None) -> None:

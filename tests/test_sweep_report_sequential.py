@@ -1,4 +1,4 @@
-"""The report's ``--seeds auto`` view (issue 33): a note per scorecard claim and a section."""
+"""The report's ``--seeds auto`` view: a note per scorecard claim and a section."""
 
 from __future__ import annotations
 

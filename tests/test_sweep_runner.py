@@ -370,7 +370,7 @@ def test_browse_latest_and_unknown_trial(failed_once, capsys):
 
 
 def test_browse_relative_paths_from_another_directory(failed_once, tmp_path):
-    """Tune reads only absolute paths and URIs: browse resolves relative ones first (issue 35)."""
+    """Tune reads only absolute paths and URIs: browse resolves relative ones first."""
     tmp, _, _ = failed_once
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -1,4 +1,4 @@
-"""sweep/runner.py with packed trials (issue 23) on one local Ray with 2 CPUs and a logical GPU.
+"""sweep/runner.py with packed trials on one local Ray with 2 CPUs and a logical GPU.
 
 The logical GPU makes ``--pack auto`` pack (Ray's cluster resources decide; CPU torch trains
 on the CPU). The dry runs check the paper plan; one tiny demo-shape grid (1 depth, 2 inits,

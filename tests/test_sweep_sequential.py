@@ -1,4 +1,4 @@
-"""``--seeds auto`` (issue 33): rounds, pairing, seeds, records and bad input, without Ray.
+"""``--seeds auto``: rounds, pairing, seeds, records and bad input, without Ray.
 
 ``run_sweep`` is replaced by a fake that writes each run's final-epoch layer rows with a planted
 paired effect, so the round logic runs in milliseconds; the Ray path is tests/test_sweep_sequential_ray.py.

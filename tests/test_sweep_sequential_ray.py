@@ -1,4 +1,4 @@
-"""``--seeds auto`` on a real local Ray (issue 33): the rounds are one experiment (one store, one Tune
+"""``--seeds auto`` on a real local Ray: the rounds are one experiment (one store, one Tune
 folder, an experiment state per round), a rerun trains nothing, and a driver killed in the middle
 of a later round is finished by running the same command again."""
 

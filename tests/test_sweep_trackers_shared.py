@@ -1,4 +1,4 @@
-"""Trackers a lab shares (issue 32), offline and without Ray: stores exported with ``python -m sweep.store
+"""Trackers a lab shares, offline and without Ray: stores exported with ``python -m sweep.store
 export`` to one local MLflow store and to W&B offline runs, read back with ``MlflowClient`` and from
 W&B's run files.
 

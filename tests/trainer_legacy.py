@@ -1,5 +1,5 @@
 """Today's one-run ``Trainer`` (model/train.py at 4caa309), verbatim but for this docstring and the
-command line: the reference that the one ``Trainer`` for K >= 1 members (model/trainer.py) is
+command line: the reference that the one ``Trainer`` for M >= 1 members (model/trainer.py) is
 tested against, bit for bit, with one member (``--pack 1`` writes exactly these values).
 Do not edit; it is what the store's values were before the trainers became one.
 """

@@ -34,7 +34,7 @@ each file's byte identity — in a Hugging Face cache the blob name (for weight
 files, the sha256 of the bytes: branches serving the same file share one
 blob), else (real path, size, mtime) — and returns it without reading again.
 
-Stores written before value digests (before issue 20) hold byte digests in
+Stores written before value digests (the first stores) hold byte digests in
 ``weights_sha256``: probe their revisions again (``--force``) before comparing
 them with new ones.
 

@@ -1,4 +1,4 @@
-"""The report's view of ``--seeds auto`` (issue 33): the decision records ``sweep.sequential`` wrote to
+"""The report's view of ``--seeds auto``: the decision records ``sweep.sequential`` wrote to
 ``<store>/sequential/<experiment>.json``, a note per scorecard claim, and a short section."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ says it. Each epoch is logged with ``_timestamp`` = the time its row was written
 per history row; the run's own start time and ``_runtime`` are when it was sent: W&B's API sets
 those itself).
 
-Tags: ``experiment:<name>``, ``trial:<name>``, ``pack:<K>`` (W&B tags are labels of at most 64
+Tags: ``experiment:<name>``, ``trial:<name>``, ``pack:<M>`` (W&B tags are labels of at most 64
 characters); the config holds the typed parameters and the other tags (trial,
 ``qkgeom.run_id``, ``qkgeom.store_id``); the end is ``summary["status"]`` and the exit code (0 for
 ``completed``, 1 for ``diverged`` and ``failed``).
