@@ -51,6 +51,9 @@ class Preset:
     #: swept strengths (SPEC §5 dose–response): (condition, field, values) triples; each combination
     #: of a condition's values is its own cell. Conditions not named here run at their defaults.
     strengths: tuple[tuple[str, str, tuple[float, ...]], ...] = ()
+    #: the seeds that chose this preset's schedule (LOG.md): a verdict on them is not confirmatory,
+    #: so the preset reports other seeds and ``--seeds auto`` never uses them (SPEC §10)
+    schedule_seeds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for axis in ("depths", "inits", "seeds", "conditions"):
@@ -80,6 +83,9 @@ class Preset:
             raise ValueError(f"unknown condition(s) {bad}; valid: {', '.join(sorted(INTERVENTIONS))}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"duplicate seeds in {self.seeds}")
+        bad = [s for s in self.schedule_seeds if isinstance(s, bool) or not isinstance(s, numbers.Integral)]
+        if bad:
+            raise ValueError(f"Preset.schedule_seeds must hold integers, got {bad[0]!r}")
         for d in self.depths:
             self.model_config(d, vocab_size=1)  # each depth is a valid n_layer
         check_strengths(self.strengths, self.conditions)
@@ -139,6 +145,14 @@ class Cell:
 
 PAPER_SEEDS = (37, 42, 105, 210)
 INTERVENTION_SEEDS = (7, 37, 42, 105, 210)
+#: The laptop tiers' seeds: none of them chose a schedule (``*_SCHEDULE_SEEDS``), so their
+#: verdicts confirm rather than restate the choice (SPEC §10).
+CONFIRMATORY_SEEDS = (11, 12, 13, 14, 15)
+#: The seeds each laptop schedule was chosen on (LOG.md, the demo's schedule).
+DEMO_BASELINE_SCHEDULE_SEEDS = (37, 42)
+DEMO_INTERVENTION_SCHEDULE_SEEDS = (7, 37)
+PAPER_DEPTHS_BASELINE_SCHEDULE_SEEDS = (37, 42)
+PAPER_DEPTHS_INTERVENTION_SCHEDULE_SEEDS = (7, 37, 42, 105, 210)
 ALL_CONDITIONS = PAPER_CONDITIONS
 
 _DEMO_MODEL = GPTConfig(n_head=4, d_model=64, d_mlp=256, context=64)
@@ -179,12 +193,13 @@ _PAPER_DEPTHS_NOTE = ("paper-depths preset: the paper's depths 4/6/8 (interventi
 # The paper presets take GPTConfig() and TrainConfig() as they are: the paper's shape and recipe.
 BASELINE_PRESETS: dict[str, Preset] = {
     "paper": Preset("paper", "baseline", "wikitext103", (4, 6, 8), INITS, PAPER_SEEDS),
-    "demo": Preset("demo", "baseline", "stdlib-docs", DEMO_DEPTHS, INITS, (37, 42), model=_DEMO_MODEL,
-                   train=_schedule(_DEMO_TRAIN, *DEMO_BASELINE_SCHEDULE), note=_DEMO_NOTE),
-    "paper-depths": Preset("paper-depths", "baseline", "stdlib-docs", PAPER_DEPTHS, INITS, (37, 42),
+    "demo": Preset("demo", "baseline", "stdlib-docs", DEMO_DEPTHS, INITS, CONFIRMATORY_SEEDS, model=_DEMO_MODEL,
+                   train=_schedule(_DEMO_TRAIN, *DEMO_BASELINE_SCHEDULE), note=_DEMO_NOTE,
+                   schedule_seeds=DEMO_BASELINE_SCHEDULE_SEEDS),
+    "paper-depths": Preset("paper-depths", "baseline", "stdlib-docs", PAPER_DEPTHS, INITS, CONFIRMATORY_SEEDS[:2],
                            model=_DEMO_MODEL, train=_schedule(_DEMO_TRAIN, *PAPER_DEPTHS_BASELINE_SCHEDULE),
-                           note=_PAPER_DEPTHS_NOTE),
-    "quick": Preset("quick", "baseline", "stdlib-docs", DEMO_DEPTHS, INITS, (37, 42), model=_DEMO_MODEL,
+                           note=_PAPER_DEPTHS_NOTE, schedule_seeds=PAPER_DEPTHS_BASELINE_SCHEDULE_SEEDS),
+    "quick": Preset("quick", "baseline", "stdlib-docs", DEMO_DEPTHS, INITS, CONFIRMATORY_SEEDS[:2], model=_DEMO_MODEL,
                     train=_schedule(_DEMO_TRAIN, 3, 10), note=_QUICK_NOTE),
     "smoke": Preset("smoke", "baseline", "stdlib-docs", (1, 2), INITS[:2], (37,), model=_SMOKE_MODEL,
                     train=_schedule(_SMOKE_TRAIN, 2, 2), note=_SMOKE_NOTE),
@@ -194,14 +209,15 @@ INTERVENTION_PRESETS: dict[str, Preset] = {
     "paper": Preset("paper", "interventions", "wikitext103", (8,), (DEFAULT_INIT,), INTERVENTION_SEEDS,
                     ALL_CONDITIONS, train=TrainConfig(epochs=15)),
     "demo": Preset("demo", "interventions", "stdlib-docs", (DEMO_INTERVENTION_DEPTH,), (DEFAULT_INIT,),
-                   INTERVENTION_SEEDS, ALL_CONDITIONS, model=_DEMO_MODEL,
-                   train=_schedule(_DEMO_TRAIN, *DEMO_INTERVENTION_SCHEDULE), note=_DEMO_NOTE),
+                   CONFIRMATORY_SEEDS, ALL_CONDITIONS, model=_DEMO_MODEL,
+                   train=_schedule(_DEMO_TRAIN, *DEMO_INTERVENTION_SCHEDULE), note=_DEMO_NOTE,
+                   schedule_seeds=DEMO_INTERVENTION_SCHEDULE_SEEDS),
     "paper-depths": Preset("paper-depths", "interventions", "stdlib-docs", (PAPER_INTERVENTION_DEPTH,),
-                           (DEFAULT_INIT,), INTERVENTION_SEEDS, ALL_CONDITIONS, model=_DEMO_MODEL,
+                           (DEFAULT_INIT,), CONFIRMATORY_SEEDS, ALL_CONDITIONS, model=_DEMO_MODEL,
                            train=_schedule(_DEMO_TRAIN, *PAPER_DEPTHS_INTERVENTION_SCHEDULE),
-                           note=_PAPER_DEPTHS_NOTE),
+                           note=_PAPER_DEPTHS_NOTE, schedule_seeds=PAPER_DEPTHS_INTERVENTION_SCHEDULE_SEEDS),
     "quick": Preset("quick", "interventions", "stdlib-docs", (DEMO_INTERVENTION_DEPTH,), (DEFAULT_INIT,),
-                    INTERVENTION_SEEDS, ALL_CONDITIONS, model=_DEMO_MODEL, train=_schedule(_DEMO_TRAIN, 3, 10),
+                    CONFIRMATORY_SEEDS[:2], ALL_CONDITIONS, model=_DEMO_MODEL, train=_schedule(_DEMO_TRAIN, 3, 10),
                     note=_QUICK_NOTE),
     "smoke": Preset("smoke", "interventions", "stdlib-docs", (2,), (DEFAULT_INIT,), (7,), ALL_CONDITIONS,
                     model=_SMOKE_MODEL, train=_schedule(_SMOKE_TRAIN, 2, 2), note=_SMOKE_NOTE),

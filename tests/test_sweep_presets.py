@@ -17,6 +17,7 @@ from sweep.estimate import ShapeCost, sweep_seconds
 from sweep.presets import (
     ALL_CONDITIONS,
     BASELINE_PRESETS,
+    CONFIRMATORY_SEEDS,
     INTERVENTION_PRESETS,
     Cell,
     Preset,
@@ -119,14 +120,14 @@ def test_demo_shape(presets, name):
 
 
 def test_demo_grid_kinds():
-    """3 depths × 3 inits × 2 seeds, and 6 conditions × 2 seeds (the demo passes --seeds 2)."""
+    """3 depths × 3 inits × the confirmatory seeds, and 6 conditions × the same seeds."""
     b, i = BASELINE_PRESETS["demo"], INTERVENTION_PRESETS["demo"]
-    assert len(b.depths) == 3 and set(b.inits) == set(PAPER_INITS) and len(b.seeds) == 2
-    assert len(b.cells()) == 18
-    assert set(i.conditions) == set(ALL_CONDITIONS) and len(i.seeds) >= 2
+    assert len(b.depths) == 3 and set(b.inits) == set(PAPER_INITS) and b.seeds == CONFIRMATORY_SEEDS
+    assert len(b.cells()) == 9 * len(CONFIRMATORY_SEEDS)
+    assert set(i.conditions) == set(ALL_CONDITIONS) and i.seeds == CONFIRMATORY_SEEDS
     assert len(i.depths) == 1 and len(i.inits) == 1
-    for name in ("demo", "quick"):  # the quick check keeps the same grid
-        assert BASELINE_PRESETS[name].depths == b.depths and BASELINE_PRESETS[name].seeds == b.seeds
+    for name in ("demo", "quick"):  # the quick check keeps the same grid, on fewer seeds (a pipeline check)
+        assert BASELINE_PRESETS[name].depths == b.depths and set(BASELINE_PRESETS[name].seeds) <= set(b.seeds)
         assert INTERVENTION_PRESETS[name].conditions == i.conditions
 
 
@@ -141,11 +142,19 @@ def test_paper_depths_is_the_papers_grid_at_demo_width():
     b, i = BASELINE_PRESETS["paper-depths"], INTERVENTION_PRESETS["paper-depths"]
     assert b.depths == BASELINE_PRESETS["paper"].depths == (4, 6, 8)
     assert i.depths == INTERVENTION_PRESETS["paper"].depths == (8,)
-    assert b.inits == BASELINE_PRESETS["demo"].inits and b.seeds == BASELINE_PRESETS["demo"].seeds
-    assert i.seeds == INTERVENTION_PRESETS["paper"].seeds and i.conditions == ALL_CONDITIONS
+    assert b.inits == BASELINE_PRESETS["demo"].inits and set(b.seeds) <= set(CONFIRMATORY_SEEDS)
+    assert i.seeds == CONFIRMATORY_SEEDS and i.conditions == ALL_CONDITIONS
     assert (b.model, b.train.lr) == (BASELINE_PRESETS["demo"].model, 1e-3)
     assert _steps(b) >= MIN_PAPER_DEPTHS_STEPS and _steps(i) >= MIN_INTERVENTION_STEPS
     assert "4/6/8" in b.note and "1e-3" in b.note
+
+
+@pytest.mark.parametrize("presets", [BASELINE_PRESETS, INTERVENTION_PRESETS], ids=["baseline", "interventions"])
+def test_no_preset_reports_a_seed_that_chose_its_schedule(presets):
+    """Confirmatory seeds: the seeds a preset reports are not those its schedule was chosen on."""
+    for name, p in presets.items():
+        assert not set(p.seeds) & set(p.schedule_seeds), name
+    assert presets["demo"].schedule_seeds and presets["paper-depths"].schedule_seeds  # what LOG.md records
 
 
 @pytest.mark.parametrize("tier", ["quick", "demo", "paper-depths"])
