@@ -9,8 +9,8 @@ import pandas as pd
 
 from analysis import claims
 from analysis import vocabulary as vocab
-from analysis.frames import baseline
-from analysis.primitives import Correlation, fmt, fmt_p
+from analysis.frames import baseline, collapse_end
+from analysis.primitives import Correlation, fmt, fmt_p, to_jsonable
 from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 from analysis.slopes import run_slopes, trace_slopes
 
@@ -29,23 +29,29 @@ BRIDGE_PAIRS: tuple[tuple[str, str], ...] = (
 
 
 def bridge_quantities(slopes: pd.DataFrame) -> pd.DataFrame:
-    """Add the four bridge columns (sign · slope / mean) to a slopes frame."""
+    """Add the four bridge columns (sign · slope / mean) to a slopes frame, and ``<name>_post`` over the
+    post-collapse window where the frame has its columns."""
     out = slopes.copy()
     with np.errstate(invalid="ignore", divide="ignore"):
-        for name, (metric, sign) in BRIDGE_QUANTITIES.items():
-            v = sign * out[f"{metric}_slope"].astype(float) / out[f"{metric}_mean"].astype(float)
-            out[name] = v.where(np.isfinite(v))
+        for suffix in ("", "_post"):
+            for name, (metric, sign) in BRIDGE_QUANTITIES.items():
+                if f"{metric}_slope{suffix}" not in out:
+                    continue
+                v = sign * out[f"{metric}_slope{suffix}"].astype(float) / out[f"{metric}_mean{suffix}"].astype(float)
+                out[f"{name}{suffix}"] = v.where(np.isfinite(v))
     return out
 
 
 def bridge_points(layers: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The bridge quantities per uncoupled seed-averaged cell and per uncoupled run trajectory."""
+    """The bridge quantities per uncoupled seed-averaged cell and per uncoupled run trajectory, over
+    every logged epoch and over the post-collapse window of the whole baseline (SPEC §8)."""
     metrics = [m for m, _ in BRIDGE_QUANTITIES.values()]
     base = baseline(layers)
+    start = collapse_end(base)
     unc = base[base["init"].isin(vocab.uncoupled_inits())]
     return {
-        "seed_averaged": bridge_quantities(trace_slopes(unc, metrics)),
-        "per_seed": bridge_quantities(run_slopes(unc, metrics)),
+        "seed_averaged": bridge_quantities(trace_slopes(unc, metrics, start)),
+        "per_seed": bridge_quantities(run_slopes(unc, metrics, start)),
     }
 
 
@@ -60,6 +66,16 @@ class BridgeResult(Result):
     key = "bridge"
     seed_averaged: Pairs
     per_seed: Pairs
+    #: the same over the post-collapse window (SPEC §8): a sensitivity of the paper's every-epoch fit
+    seed_averaged_post: Pairs | None = None
+    per_seed_post: Pairs | None = None
+    collapse_end: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"bridge": to_jsonable({"seed_averaged": self.seed_averaged, "per_seed": self.per_seed}),
+                "bridge_post_collapse": to_jsonable({"collapse_end": self.collapse_end,
+                                                     "seed_averaged": self.seed_averaged_post,
+                                                     "per_seed": self.per_seed_post})}
 
 
 def compute_bridge(layers: pd.DataFrame) -> Computed[BridgeResult]:
@@ -68,27 +84,36 @@ def compute_bridge(layers: pd.DataFrame) -> Computed[BridgeResult]:
     if base.empty or not base["init"].isin(vocab.uncoupled_inits()).any():
         return Computed(None, {"bridge": "no uncoupled baseline runs in the store"})
     pts = bridge_points(layers)
-    out: dict[str, Pairs] = {}
+    start = collapse_end(base)
+    out: dict[str, Pairs | None] = {}
     missing: dict[str, str] = {}
     for level, frame in pts.items():
-        out[level] = {}
-        for a, b in BRIDGE_PAIRS:
-            key = f"{a}__{b}"
-            if frame.empty:
-                out[level][key] = Correlation(None, None, 0, "no trajectories")
-            else:
-                out[level][key] = Correlation.of(frame[a], frame[b])
-            if out[level][key].r is None:
-                missing[f"bridge.{level}.{key}"] = out[level][key].note or "undefined"
-    return Computed(BridgeResult(**out), missing, pts)
+        for suffix in ("", "_post"):
+            if suffix and start is None:
+                out[f"{level}{suffix}"] = None
+                continue
+            pairs: Pairs = {}
+            for a, b in BRIDGE_PAIRS:
+                key = f"{a}__{b}"
+                if frame.empty:
+                    pairs[key] = Correlation(None, None, 0, "no trajectories")
+                else:
+                    pairs[key] = Correlation.of(frame[f"{a}{suffix}"], frame[f"{b}{suffix}"])
+                if pairs[key].r is None and not suffix:
+                    missing[f"bridge.{level}.{key}"] = pairs[key].note or "undefined"
+            out[f"{level}{suffix}"] = pairs
+    return Computed(BridgeResult(**out, collapse_end=start), missing, pts)
 
 
 def table(b: BridgeResult) -> pd.DataFrame:
-    """Pearson r, p, n of the three bridge pairs at both levels."""
+    """Pearson r, p, n of the three bridge pairs at both levels, over every logged epoch (the paper's
+    definition) and, beside it, r over the post-collapse window."""
     rows = []
-    for level, pairs in (("seed_averaged", b.seed_averaged), ("per_seed", b.per_seed)):
+    for level, pairs, post in (("seed_averaged", b.seed_averaged, b.seed_averaged_post),
+                               ("per_seed", b.per_seed, b.per_seed_post)):
         for pair, d in pairs.items():
-            rows.append({"level": level, "pair": pair, "r": d.r, "p": d.p, "n": d.n})
+            rows.append({"level": level, "pair": pair, "r": d.r, "p": d.p, "n": d.n,
+                         "r_post_collapse": (post or {}).get(pair, Correlation(None, None, 0)).r})
     return pd.DataFrame(rows)
 
 
@@ -105,6 +130,12 @@ def sentence(b: BridgeResult) -> str:
             rs.append(f"{a} vs {c} r = {fmt(d.r)} (p = {fmt_p(d.p)})")
         n = max(d.n for d in pairs.values())
         out.append(f"Over {n} {name}: " + "; ".join(rs) + ".")
+    if b.seed_averaged_post:
+        rs = [f"{fmt(d.r)}" for d in b.seed_averaged_post.values()]
+        out.append(f"Over the post-collapse window (epochs ≥ {b.collapse_end}, SPEC §8) the seed-averaged "
+                   f"r are {', '.join(rs)}: whether the correlations rest on the first epochs.")
+    out.append("The p-values treat cells (or trajectories) as independent, which seeds are not: they are "
+               "descriptive; the scorecard tests each correlation with the seed as the unit.")
     return " ".join(out)
 
 

@@ -1,5 +1,5 @@
 """The scorecard's claims: one per statement of SPEC §9 and the paper's Appendix A, each with its
-per-seed array, statistic and expected direction."""
+per-unit statistic, the value it is tested against and its expected side (SPEC §8)."""
 
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import vocabulary as vocab
-from analysis.bootstrap import Reducer, column, count_runs, fraction, pearson_rows, pivot
-from analysis.reference import PAPER_REFERENCE, PAPER_TEXT
+from analysis.reference import PAPER_REFERENCE, PAPER_TEXT, PAPER_VALUE
+from analysis.units import Reducer, cell_mean, column, count_runs, pearson_rows, pivot
 from interventions import PAPER_CONDITIONS
 from model.qk_init import PAPER_INITS, QK_INITS
 
@@ -33,7 +33,7 @@ UNCOUPLED = tuple(i for i in PAPER_INITS if not QK_INITS[i].coupled)
 
 @dataclass(frozen=True)
 class Expect:
-    """Expected direction: value ``>`` / ``<`` ``lo``, or ``in`` [lo, hi]."""
+    """Expected side: E[statistic] ``>`` / ``<`` ``lo``; or a level ``in`` [lo, hi] (a magnitude row)."""
 
     op: str
     lo: float
@@ -42,6 +42,11 @@ class Expect:
     def text(self) -> str:
         return f"in [{self.lo:g}, {self.hi:g}]" if self.op == "in" else f"{self.op} {self.lo:g}"
 
+    @property
+    def sign(self) -> int:
+        """+1 for ``>``, −1 for ``<``, 0 for a range (no direction to test)."""
+        return {">": 1, "<": -1}.get(self.op, 0)
+
     def holds(self, v: float) -> bool:
         if self.op == ">":
             return v > self.lo
@@ -49,52 +54,54 @@ class Expect:
             return v < self.lo
         return self.lo <= v <= (self.hi if self.hi is not None else np.inf)
 
-    def excludes_opposite(self, lo: float, hi: float) -> bool:
-        """The whole interval lies on the expected side."""
-        return self.holds(lo) and self.holds(hi)
-
-
-VERDICTS = ("reproduced", "direction only", "not reproduced", "not measured")
-
-
-def verdict(value: float | None, lo: float | None, hi: float | None, e: Expect) -> str:
-    """The verdict of one scorecard row (the four verdicts: ``analysis.scorecard``'s docstring)."""
-    if value is None:
-        return "not measured"
-    if not e.holds(value):
-        return "not reproduced"
-    if lo is not None and hi is not None and e.excludes_opposite(lo, hi):
-        return "reproduced"
-    return "direction only"
-
 
 @dataclass
 class Claim:
-    """One scorecard row before its verdict."""
+    """One scorecard row before its test: the statistic of each independent unit, and what it claims."""
 
     id: str
     section: str
     claim: str
     paper: str
     expect: Expect
-    x: np.ndarray | None = None  # [n, ...]
-    reduce: Reducer | None = None
+    #: the claim's statistic per independent unit (seed, or checkpoint series) [n]; the row's
+    #: value is its mean (``fisher``: tanh of the mean of atanh), tested against ``expect.lo``
+    y: np.ndarray | None = None
     n_runs: int = 0
     unit: str = "seeds"
+    test: str = "t"  # analysis.inference.TESTS: "t" (one-sample t) or "binomial" (0/1 units)
+    fisher: bool = False  # y are correlations: averaged and tested on the Fisher z scale
     reason: str | None = None  # why not measured
     note: str | None = None
-    spread: tuple[float, float] | None = None  # the paper's reported spread (paper preset only)
+    #: the direction follows from the initialisation or from a bound of the metric: shown in the
+    #: scorecard's sanity block, not counted and not tested
+    sanity: bool = False
+    #: the paper's value of the same quantity, where it gives one (the magnitude column at paper scale)
+    paper_value: float | None = None
+    spread: tuple[float, float] | None = None  # the paper's reported spread of ``level`` (paper scale)
     level: float | None = None  # the value compared with the spread
-    #: (value, ci_low, ci_high, units) when the section computes the statistic and its interval
-    #: itself, for a statistic that is not ``reduce`` of the mean over units (the dose–response's ρ)
-    computed: tuple[float | None, float | None, float | None, int] | None = None
     #: what both the paper's and this store's value are (one of KINDS, then what of), e.g.
     #: "change: final − initial qk_alignment"; the paper column states the same quantity
     kind: str = ""
+    #: the same statistic over the post-collapse window (SPEC §8), per unit: a sensitivity column
+    post: np.ndarray | None = None
 
 
 #: The kinds of quantity a scorecard row compares (the first word of ``Claim.kind``).
 KINDS = ("level", "difference", "change", "count", "correlation", "shape")
+
+
+def per_unit(x: np.ndarray, reduce: Reducer) -> np.ndarray:
+    """Each unit's own statistic: ``reduce`` applied to x [n, ...] row by row -> [n]."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(reduce(np.asarray(x, float)), float)
+
+
+def at_bound(init: str) -> bool:
+    """The regime fixes its initial alignment at a bound of |cos| (0 or 1): its final alignment can
+    only move away from it, whatever training does."""
+    a = QK_INITS[init].initial_alignment
+    return a is not None and a in (0.0, 1.0)
 
 
 def alignment_claims(an: Analysis) -> list[Claim]:
@@ -106,16 +113,16 @@ def alignment_claims(an: Analysis) -> list[Claim]:
     ref = PAPER_REFERENCE["alignment"]
     ref_final = {i: (v["mean"], v["sd"]) for i, v in ref["final"].items()}
     ref_init = ref["initial"]
+    initial = ("alignment.initial", "initial alignment: qk_identical above the uncoupled inits (the init itself)")
     if fin is None or fin.empty:
-        specs = [("alignment.initial", "initial alignment: qk_identical above the uncoupled inits",
-                  PAPER_TEXT["alignment.initial"], Expect(">", 0))]
+        specs = [(*initial, PAPER_TEXT["alignment.initial"], Expect(">", 0), True)]
         specs += [(f"alignment.final.{i}", f"final alignment {i} moved from its initial value",
-                   _paper_change(ref_init[i], *ref_final[i]), Expect("<" if i == COUPLED else ">", 0))
+                   _paper_change(ref_init[i], *ref_final[i]), Expect("<" if i == COUPLED else ">", 0), at_bound(i))
                   for i in inits]
         specs += [("alignment.contrast", "final alignment: qk_identical above the uncoupled inits",
-                   PAPER_TEXT["alignment.contrast"], Expect(">", 0))]
-        return [Claim(i, "alignment", c, p, e, reason=why, kind=_ALIGN_KIND.get(i.split(".")[1], CHANGE_ALIGN))
-                for i, c, p, e in specs]
+                   PAPER_TEXT["alignment.contrast"], Expect(">", 0), False)]
+        return [Claim(i, "alignment", c, p, e, reason=why, sanity=s,
+                      kind=_ALIGN_KIND.get(i.split(".")[1], CHANGE_ALIGN)) for i, c, p, e, s in specs]
 
     def by_seed_init(frame: pd.DataFrame) -> tuple[np.ndarray, list]:
         return pivot(frame, "seed", ["init"], "qk_alignment")
@@ -134,29 +141,33 @@ def alignment_claims(an: Analysis) -> list[Claim]:
 
     need = f"needs {COUPLED} and an uncoupled init in the baseline"
     r = contrast(ci)
-    out.append(Claim("alignment.initial", "alignment", "initial alignment: qk_identical above the uncoupled inits",
-                     PAPER_TEXT["alignment.initial"], Expect(">", 0), xi, r, count_runs(ini), reason=None if r else need,
+    out.append(Claim(initial[0], "alignment", initial[1], PAPER_TEXT["alignment.initial"], Expect(">", 0),
+                     per_unit(xi, r) if r else None, count_runs(ini), reason=None if r else need, sanity=True,
                      kind=_ALIGN_KIND["initial"]))
     for init in inits:
         claim = f"final alignment {init} {'fell' if init == COUPLED else 'rose'} from its initial value"
+        if at_bound(init):
+            claim += f" (it starts at {QK_INITS[init].initial_alignment:g}, a bound of |cos|)"
         paper = _paper_change(ref_init[init], *ref_final[init])
         e = Expect("<" if init == COUPLED else ">", 0)
         if init not in cf or init not in ci or seeds_f != seeds_i:
             out.append(Claim(f"alignment.final.{init}", "alignment", claim, paper, e, kind=CHANGE_ALIGN,
-                             reason=f"no initial and final alignment of {init} for the same seeds"))
+                             sanity=at_bound(init), reason=f"no initial and final alignment of {init} for the same seeds"))
             continue
-        d = xf[:, [cf.index(init)]] - xi[:, [ci.index(init)]]
+        d = xf[:, cf.index(init)] - xi[:, ci.index(init)]
         m, s = ref_final[init]
-        out.append(Claim(f"alignment.final.{init}", "alignment", claim, paper, e, d, column(0),
-                         count_runs(fin[fin["init"] == init]), spread=(m - s, m + s),
-                         level=a.final[init].mean if init in a.final else None, kind=CHANGE_ALIGN))
+        out.append(Claim(f"alignment.final.{init}", "alignment", claim, paper, e, d,
+                         count_runs(fin[fin["init"] == init]), spread=(m - s, m + s), sanity=at_bound(init),
+                         level=a.final[init].mean if init in a.final else None, kind=CHANGE_ALIGN,
+                         paper_value=ref_final[init][0] - ref_init[init]))
     r = contrast(cf)
     note = None
     if a.welch_p is not None:
-        note = f"Welch p = {a.welch_p:.2g}, Hedges' g = {a.hedges_g:.2f}"
+        note = f"Welch p = {a.welch_p:.2g} (runs as units: descriptive), Hedges' g = {a.hedges_g:.2f}"
     out.append(Claim("alignment.contrast", "alignment", "final alignment: qk_identical above the uncoupled inits",
-                     PAPER_TEXT["alignment.contrast"], Expect(">", 0), xf, r,
-                     count_runs(fin), reason=None if r else need, note=note, kind=_ALIGN_KIND["contrast"]))
+                     PAPER_TEXT["alignment.contrast"], Expect(">", 0), per_unit(xf, r) if r else None,
+                     count_runs(fin), reason=None if r else need, note=note, kind=_ALIGN_KIND["contrast"],
+                     paper_value=PAPER_VALUE.get("alignment.contrast")))
     out += gap_claims(fin)
     return out
 
@@ -164,7 +175,7 @@ def alignment_claims(an: Analysis) -> list[Claim]:
 CHANGE_ALIGN = "change: final − initial qk_alignment"
 _ALIGN_KIND = {"initial": "difference: initial qk_alignment, qk_identical − mean of the uncoupled inits",
                "contrast": "difference: final qk_alignment, qk_identical − mean of the uncoupled inits",
-               "gap": "difference: final qk_alignment, qk_identical − the larger uncoupled init",
+               "gap": "difference: final qk_alignment, qk_identical − the larger uncoupled init (per seed)",
                "growth": "change of that difference from the shallowest to the deepest depth"}
 
 
@@ -174,7 +185,7 @@ def _paper_change(initial: float, final: float, sd: float) -> str:
 
 
 def gap_claims(fin: pd.DataFrame) -> list[Claim]:
-    """Gap = qk_identical − the larger uncoupled mean, per depth, and its growth with depth."""
+    """Gap = qk_identical − the larger uncoupled init, per seed and depth, and its growth with depth."""
     x, cols = pivot(fin, "seed", ["depth", "init"], "qk_alignment")
     depths = sorted({d for d, _ in cols})
     usable = [d for d in depths if (d, COUPLED) in cols and any((d, u) in cols for u in UNCOUPLED)]
@@ -186,41 +197,58 @@ def gap_claims(fin: pd.DataFrame) -> list[Claim]:
 
     out = []
     for d in sorted(set(depths) | {4, 8}):
+        cid = f"alignment.gap.L{d}"
         claim = f"alignment gap at {d} layer{'' if d == 1 else 's'} positive"
+        paper = PAPER_TEXT.get(cid, "—")
         if d not in usable:
-            out.append(Claim(f"alignment.gap.L{d}", "alignment", claim, PAPER_TEXT.get(f"alignment.gap.L{d}", "—"), Expect(">", 0),
+            out.append(Claim(cid, "alignment", claim, paper, Expect(">", 0),
                              reason=f"no {d}-layer runs of both {COUPLED} and an uncoupled init",
                              kind=_ALIGN_KIND["gap"]))
             continue
-        out.append(Claim(f"alignment.gap.L{d}", "alignment", claim, PAPER_TEXT.get(f"alignment.gap.L{d}", "—"), Expect(">", 0),
-                         x, gap(d), count_runs(fin[fin["depth"] == d]), kind=_ALIGN_KIND["gap"]))
+        out.append(Claim(cid, "alignment", claim, paper, Expect(">", 0), per_unit(x, gap(d)),
+                         count_runs(fin[fin["depth"] == d]), kind=_ALIGN_KIND["gap"], paper_value=PAPER_VALUE.get(cid)))
     claim = "alignment gap grows with depth (deepest − shallowest)"
     if len(usable) < 2:
         out.append(Claim("alignment.gap.growth", "alignment", claim, PAPER_TEXT["alignment.gap.growth"],
                          Expect(">", 0), reason="needs the gap at two depths", kind=_ALIGN_KIND["growth"]))
     else:
         lo, hi = gap(usable[0]), gap(usable[-1])
+        paper_value = PAPER_VALUE["alignment.gap.growth"] if (usable[0], usable[-1]) == (4, 8) else None
         out.append(Claim("alignment.gap.growth", "alignment", f"{claim}: {usable[0]} → {usable[-1]}",
-                         PAPER_TEXT["alignment.gap.growth"], Expect(">", 0), x,
-                         lambda avg: hi(avg) - lo(avg), count_runs(fin), kind=_ALIGN_KIND["growth"]))
+                         PAPER_TEXT["alignment.gap.growth"], Expect(">", 0),
+                         per_unit(x, lambda avg: hi(avg) - lo(avg)), count_runs(fin), kind=_ALIGN_KIND["growth"],
+                         paper_value=paper_value))
     return out
 
 
 def slope_claims(an: Analysis) -> list[Claim]:
-    rs = an.frames.get("run_slopes")
-    specs = [("slopes.pr_q_minus_pr_k", "pr_q − pr_k slope positive in most seed-averaged traces",
+    """Table 4's directions, tested on each seed's mean slope over its layer trajectories; the count of
+    seed-averaged traces (the paper's statistic) goes in the note."""
+    rs, ts = an.frames.get("run_slopes"), an.frames.get("trace_slopes")
+    specs = [("slopes.pr_q_minus_pr_k", "pr_q − pr_k rises over training (mean slope over layer trajectories)",
               PAPER_TEXT["slopes.pr_q_minus_pr_k"], "pr_q_minus_pr_k", +1),
-             ("slopes.pr_k", "pr_k slope negative in most seed-averaged traces", PAPER_TEXT["slopes.pr_k"], "pr_k", -1)]
+             ("slopes.pr_k", "pr_k falls over training (mean slope over layer trajectories)",
+              PAPER_TEXT["slopes.pr_k"], "pr_k", -1)]
     out = []
     for cid, claim, paper, metric, sign in specs:
-        kind = f"count: fraction of seed-averaged traces whose {metric} slope is {'> 0' if sign > 0 else '< 0'}"
+        kind = f"level: OLS slope of {metric} per epoch, mean over a seed's (init, depth, layer) trajectories"
+        e = Expect(">" if sign > 0 else "<", 0)
         if rs is None or rs.empty:
             why = an.missing.get("slopes", "no baseline trajectories")
-            out.append(Claim(cid, "slopes", claim, paper, Expect(">", 0.5), reason=why, kind=kind))
+            out.append(Claim(cid, "slopes", claim, paper, e, reason=why, kind=kind))
             continue
         x, _ = pivot(rs, "seed", ["init", "depth", "layer"], f"{metric}_slope")
-        out.append(Claim(cid, "slopes", claim, paper, Expect(">", 0.5), x, fraction(sign), count_runs(rs),
-                         kind=kind))
+        post = None
+        if f"{metric}_slope_post" in rs:
+            post = per_unit(pivot(rs, "seed", ["init", "depth", "layer"], f"{metric}_slope_post")[0], cell_mean)
+        note = None
+        if ts is not None and not ts.empty:
+            v = ts[f"{metric}_slope"].to_numpy(float)
+            v = v[np.isfinite(v)]
+            hits = int((np.sign(v) == sign).sum())
+            note = f"seed-averaged traces with slope {'> 0' if sign > 0 else '< 0'}: {hits}/{v.size} (Table 4's count)"
+        out.append(Claim(cid, "slopes", claim, paper, e, per_unit(x, cell_mean), count_runs(rs), note=note,
+                         kind=kind, post=post))
     return out
 
 
@@ -242,8 +270,9 @@ def category_claims(an: Analysis) -> list[Claim]:
             continue
         x, cols = pivot(fl, "seed", ["category"], metric)
         i, j = cols.index(hi), cols.index(lo)
-        out.append(Claim(cid, "layer_categories", claim, paper, Expect(">", 0), x,
-                         lambda avg, i=i, j=j: avg[:, i] - avg[:, j], count_runs(fl), kind=kind))
+        out.append(Claim(cid, "layer_categories", claim, paper, Expect(">", 0),
+                         per_unit(x, lambda avg, i=i, j=j: avg[:, i] - avg[:, j]), count_runs(fl), kind=kind,
+                         paper_value=PAPER_VALUE.get(cid)))
     return out
 
 
@@ -254,29 +283,31 @@ BRIDGE = {  # pair -> (metric a, sign a, metric b, sign b), value = sign * slope
 }
 
 
+def _bridge_r(ps: pd.DataFrame, a: str, sa: int, b: str, sb: int, suffix: str = "") -> np.ndarray:
+    """Each seed's Pearson r of the two bridge quantities over its uncoupled layer trajectories [n]."""
+    cells = ["init", "depth", "layer"]
+    sl_a, m_a, sl_b, m_b = (pivot(ps, "seed", cells, f"{m}_{k}{suffix}")[0] for m in (a, b) for k in ("slope", "mean"))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return pearson_rows(sa * sl_a / m_a, sb * sl_b / m_b)
+
+
 def bridge_claims(an: Analysis) -> list[Claim]:
     ps = an.frames.get("per_seed")
     out = []
     for pair, (ma, sa, mb, sb) in BRIDGE.items():
-        cid, claim = f"bridge.{pair}", f"bridge r({pair.replace('__', ', ')}) > 0 over uncoupled seed-averaged cells"
+        cid = f"bridge.{pair}"
+        claim = f"bridge r({pair.replace('__', ', ')}) > 0 within each seed's uncoupled layer trajectories"
         paper = PAPER_TEXT[cid]
-        kind = "correlation: Pearson r over seed-averaged (init, depth, layer) cells"
+        kind = "correlation: Pearson r over a seed's uncoupled (init, depth, layer) trajectories, averaged over seeds"
         if ps is None or ps.empty:
             why = an.missing.get("bridge", "no uncoupled baseline runs")
-            out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), reason=why, kind=kind))
+            out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), reason=why, kind=kind, fisher=True))
             continue
-        mats = [pivot(ps, "seed", ["init", "depth", "layer"], f"{m}_{k}")[0]
-                for m in (ma, mb) for k in ("slope", "mean")]
-        x = np.stack(mats, axis=-1)  # (n, cells, 4)
-
-        def reduce(avg: np.ndarray, sa=sa, sb=sb) -> np.ndarray:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                qa = sa * avg[..., 0] / avg[..., 1]
-                qb = sb * avg[..., 2] / avg[..., 3]
-            return pearson_rows(qa, qb)
-
-        out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), x, reduce, count_runs(ps),
-                         note=f"{x.shape[1]} cells", kind=kind))
+        post = _bridge_r(ps, ma, sa, mb, sb, "_post") if f"{ma}_slope_post" in ps else None
+        cells = ps.groupby("seed").size()
+        out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), _bridge_r(ps, ma, sa, mb, sb), count_runs(ps),
+                         note=f"{int(cells.min())}–{int(cells.max())} trajectories per seed", kind=kind,
+                         fisher=True, post=post))
     return out
 
 
@@ -299,7 +330,8 @@ def intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
                                  reason=f"no {cond} run with a matched none run", kind=kind))
                 continue
             x, _ = pivot(sub, "seed", ["condition"], f"d_{metric}")
-            out.append(Claim(cid, "interventions", claim, paper, e, x, column(0), count_runs(sub), kind=kind))
+            out.append(Claim(cid, "interventions", claim, paper, e, per_unit(x, column(0)), count_runs(sub),
+                             kind=kind))
     cid, claim = "interventions.val_loss", "final val_loss of the intervention family in the paper's range"
     lo, hi = PAPER_REFERENCE["interventions"]["val_loss_range"]
     e = Expect("in", lo, hi)
@@ -312,7 +344,7 @@ def intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
                          kind=kind))
     else:
         x, _ = pivot(runs.assign(all="all"), "seed", ["all"], "val_loss")
-        out.append(Claim(cid, "interventions", claim, PAPER_TEXT[cid], e, x, column(0), count_runs(runs),
+        out.append(Claim(cid, "interventions", claim, PAPER_TEXT[cid], e, per_unit(x, column(0)), count_runs(runs),
                          spread=(lo, hi), kind=kind))
     return out
 
@@ -330,7 +362,8 @@ def _paper_delta(cond: str, metric: str, sign: int) -> str:
 def checkpoint_claims(an: Analysis) -> list[Claim]:
     """Appendix A's claims are about the paper's *public* checkpoint series: only series probed from
     the Hugging Face Hub (every ok revision has a ``repo``) count; local checkpoints (the demo's
-    tiny series, a ``path`` in the manifest) are reported in the appendix but measure no claim."""
+    tiny series, a ``path`` in the manifest) are reported in the appendix but measure no claim.
+    Each series is one unit with a 0/1 outcome: an exact binomial test against one half."""
     c = an.results.get("checkpoints")
     fitted = {k: v for k, v in (c.series if c else {}).items() if v.slope_pr_q_minus_pr_k is not None}
     public = {k: v for k, v in fitted.items() if v.public}
@@ -349,13 +382,15 @@ def checkpoint_claims(an: Analysis) -> list[Claim]:
               "count: fraction of fitted public series where both correlations are > 0")]
     for cid, claim, paper, e, f, kind in specs:
         if not public:
-            out.append(Claim(cid, "checkpoints", claim, paper, e, unit="series", reason=why, kind=kind))
+            out.append(Claim(cid, "checkpoints", claim, paper, e, unit="series", reason=why, kind=kind,
+                             test="binomial"))
             continue
-        x = np.array([[f(s)] for s in public.values()])
+        y = np.array([f(s) for s in public.values()])
         note = f"{len(public)} fitted public series; units: series (no seeds)"
         if local:
             note += f"; local series left out: {', '.join(local)}"
-        out.append(Claim(cid, "checkpoints", claim, paper, e, x, column(0), unit="series", note=note, kind=kind))
+        out.append(Claim(cid, "checkpoints", claim, paper, e, y, unit="series", note=note, kind=kind,
+                         test="binomial", paper_value=PAPER_VALUE.get(cid)))
     out.append(Claim("checkpoints.gpt2_burst", "checkpoints", "GPT-2 small: early pr_q − pr_k burst that later decays",
                      PAPER_TEXT["checkpoints.gpt2_burst"], Expect(">", 0), unit="series", kind="shape",
                      reason="a shape claim about one named series; SPEC §8 defines no statistic for it"))

@@ -33,6 +33,7 @@ SECTIONS: tuple[str, ...] = tuple(s.name for s in BUILTIN_SECTIONS)
 RESERVED_KEYS = frozenset({
     "provenance", "missing", "notes", "reference", "unknown_names", "skipped_files", "preset_notes",
     "scorecard", "scorecard_method", "timing_s", "outputs", "presets", "by_preset", "slopes_per_run",
+    "slopes_post_collapse", "bridge_post_collapse",
     "layer_categories_by_depth", "interventions_init", "interventions_by_init",
 })
 

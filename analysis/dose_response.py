@@ -10,13 +10,11 @@ metrics, without a direction, for a condition that predicts none):
   preset, init, depth, seed: ``analysis.interventions.paired_differences``'s matching);
 * per strength: the mean of Δ over seeds, its sd and the seed band (min–max over seeds);
 * ρ = Spearman correlation (``scipy.stats.spearmanr``) of Δ against strength over every
-  (strength, seed) pair, with a 95 % percentile bootstrap interval resampling whole seeds
-  (``analysis.bootstrap.unit_bootstrap``: each resample re-ranks its pairs);
-* a verdict on "effect monotone in strength", expected sign = the predicted direction's, by the
-  scorecard's rules (``analysis.scorecard.verdict``): ``reproduced`` = ρ on the expected side and
-  the interval excludes 0; ``direction only`` = ρ on that side, the interval does not exclude 0;
-  ``not reproduced`` = ρ on the other side (or 0); ``not measured`` = ρ undefined (fewer than 3
-  finite pairs, or a constant Δ).
+  (strength, seed) pair: descriptive (its pairs share seeds, so its p-value is not a test);
+* the test, with the seed as the unit: each seed's OLS slope of Δ on strength (over that seed's
+  strengths and depths), their mean, 95 % t interval and one-sample t-test against 0
+  (``analysis.inference.t_test``). The scorecard row of each predicted metric carries those
+  per-seed slopes, so its verdict is the scorecard's (Holm over the counted claims).
 
 One section module (``SECTION``, registered in ``analysis.compute``): ``compute_dose_response``
 returns the typed ``DoseResponse`` (stats.json ``dose_response``), two tables, a sentence per
@@ -27,7 +25,6 @@ condition, the figure ``fig_dose_response`` (one row of panels per swept conditi
 from __future__ import annotations
 
 import warnings
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,11 +33,12 @@ from scipy import stats as sps
 
 from analysis import claims
 from analysis import vocabulary as vocab
-from analysis.bootstrap import spearman_rows, unit_bootstrap
 from analysis.frames import intervention_rows, ordered_inits, run_layer_means, run_strengths
+from analysis.inference import t_test
 from analysis.interventions import INTERVENTION_LAYER_METRICS
 from analysis.primitives import fmt, num, to_jsonable
 from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
+from analysis.units import slope_rows
 
 #: How report.md and the scorecard name the claim: ours, not the paper's.
 CLAIM_OWNER = "project's claim, not the paper's"
@@ -61,19 +59,21 @@ class DosePoint:
 
 @dataclass(frozen=True)
 class DoseMetric:
-    """One metric of a swept condition: its points, Spearman ρ and (if predicted) the verdict."""
+    """One metric of a swept condition: its points, Spearman ρ, and the per-seed slopes it is tested on."""
 
     metric: str
     predicted: int | None  # +1 / −1 (SPEC §5), None when the condition predicts nothing for it
     points: tuple[DosePoint, ...]
     rho: float | None  # Spearman ρ of Δ against strength over every finite (strength, seed) pair
-    p: float | None  # spearmanr's p-value (descriptive; the verdict reads the interval)
-    ci_low: float | None  # 95 % percentile bootstrap over whole seeds
+    p: float | None  # spearmanr's p-value (descriptive: the pairs share seeds)
+    seed_slopes: tuple[float, ...]  # per seed: OLS slope of Δ on strength (the test's units)
+    slope: float | None  # their mean
+    ci_low: float | None  # its 95 % t interval over seeds
     ci_high: float | None
+    p_seeds: float | None  # two-sided one-sample t-test of the per-seed slopes against 0 (unadjusted)
     n_pairs: int
     n_seeds: int
-    verdict: str | None  # the scorecard's verdicts; None without a predicted direction
-    reason: str | None  # why not measured, or a note on the interval
+    reason: str | None  # why not measured, or a note
 
     @property
     def expected(self) -> str | None:
@@ -103,16 +103,17 @@ class DoseResponse(Result):
 
     def to_json(self) -> dict[str, object]:
         """stats.json ``dose_response``: condition -> {field, default, init, strengths, n_runs,
-        claim, metrics: {metric: {predicted, expected, rho, p, ci_low, ci_high, n_pairs, n_seeds,
-        verdict, reason, points: [{strength, mean, sd, low, high, n}]}}}."""
+        claim, metrics: {metric: {predicted, expected, rho, p, seed_slopes, slope, ci_low, ci_high,
+        p_seeds, n_pairs, n_seeds, reason, points: [{strength, mean, sd, low, high, n}]}}}."""
         return {self.key: to_jsonable({
             c.condition: {
                 "field": c.field, "default": c.default, "init": c.init, "strengths": list(c.strengths),
                 "n_runs": c.n_runs, "claim": CLAIM_OWNER,
                 "metrics": {m.metric: {
                     "predicted": m.predicted, "expected": m.expected, "rho": m.rho, "p": m.p,
-                    "ci_low": m.ci_low, "ci_high": m.ci_high, "n_pairs": m.n_pairs, "n_seeds": m.n_seeds,
-                    "verdict": m.verdict, "reason": m.reason,
+                    "seed_slopes": list(m.seed_slopes), "slope": m.slope, "ci_low": m.ci_low,
+                    "ci_high": m.ci_high, "p_seeds": m.p_seeds, "n_pairs": m.n_pairs, "n_seeds": m.n_seeds,
+                    "reason": m.reason,
                     "points": [vars(p) for p in m.points]} for m in c.metrics},
             } for c in self.conditions})}
 
@@ -139,10 +140,6 @@ def _per_run(layers: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     return runs.assign(strengths=runs["run_id"].map(by_run))
 
 
-def _bootstrap_seed(condition: str, metric: str) -> int:
-    return zlib.crc32(f"dose_response.{condition}.{metric}".encode())
-
-
 def _points(sub: pd.DataFrame, col: str, strengths: list[float]) -> tuple[DosePoint, ...]:
     out = []
     for s in strengths:
@@ -158,31 +155,21 @@ def _metric(cond: str, metric: str, sign: int | None, sub: pd.DataFrame, strengt
     col = f"d_{metric}"
     s, d = sub["strength"].to_numpy(float), sub[col].to_numpy(float)
     rho, p, n_pairs = spearman(s, d)
-    # per-unit array: [seed, (depth, strength) cell] of Δ; the strength of each cell beside it
+    # per seed: its (depth, strength) cells' Δ, the strength of each cell beside it
     wide = sub.pivot_table(index="seed", columns=["depth", "strength"], values=col, aggfunc="mean")
-    x, cell_s = wide.to_numpy(float), np.array([c[1] for c in wide.columns], float)
-    n_seeds = int(np.isfinite(x).any(axis=1).sum())
-
-    def statistic(units: np.ndarray) -> np.ndarray:  # [B, n, cells] -> [B]
-        b = units.shape[0]
-        flat = units.reshape(b, -1)
-        return spearman_rows(np.broadcast_to(np.tile(cell_s, units.shape[1]), flat.shape), flat)
-
-    lo = hi = None
+    x = wide.to_numpy(float)
+    cell_s = np.broadcast_to(np.array([c[1] for c in wide.columns], float), x.shape)
+    slopes = slope_rows(cell_s, x)
+    test = t_test(slopes)
     reason = None
     if rho is None:
         reason = (f"ρ undefined: {n_pairs} finite (strength, seed) pairs" if n_pairs < 3
                   else "ρ undefined: Δ or the strength is constant")
-    else:
-        _, lo, hi = unit_bootstrap(x, statistic, seed=_bootstrap_seed(cond, metric))  # its value is ρ
-        if n_seeds < 2:
-            reason = f"{n_seeds} seed: no interval"
-        elif n_seeds == 2:
-            reason = "2 seeds: interval from 3 distinct resamples (a weak check)"
-    verdict = None
-    if sign is not None:
-        verdict = claims.verdict(rho, lo, hi, claims.Expect(">" if sign > 0 else "<", 0))
-    return DoseMetric(metric, sign, _points(sub, col, strengths), rho, p, lo, hi, n_pairs, n_seeds, verdict, reason)
+    elif test.n < 2:
+        reason = f"{test.n} seed with a slope: no test"
+    return DoseMetric(metric, sign, _points(sub, col, strengths), rho, p,
+                      tuple(float(v) for v in slopes[np.isfinite(slopes)]), test.value, test.ci_low, test.ci_high,
+                      test.p, n_pairs, test.n, reason)
 
 
 def compute_dose_response(layers: pd.DataFrame) -> Computed[DoseResponse]:
@@ -255,11 +242,13 @@ def table_points(d: DoseResponse) -> pd.DataFrame:
 
 
 def table_spearman(d: DoseResponse) -> pd.DataFrame:
-    """Per (condition, metric): Spearman ρ of Δ against strength, its interval and the verdict."""
+    """Per (condition, metric): Spearman ρ of Δ against strength (descriptive), and the per-seed slope
+    of Δ on strength with its interval and unadjusted p (the scorecard gives the verdict)."""
     return pd.DataFrame([
         {"condition": c.condition, "field": c.field, "strengths": ", ".join(f"{s:g}" for s in c.strengths),
-         "metric": m.metric, "expected": m.expected, "rho": m.rho, "ci_low": m.ci_low, "ci_high": m.ci_high,
-         "p": m.p, "n_pairs": m.n_pairs, "n_seeds": m.n_seeds, "verdict": m.verdict, "note": m.reason}
+         "metric": m.metric, "expected": m.expected, "rho": m.rho, "n_pairs": m.n_pairs,
+         "slope_per_seed": m.slope, "ci_low": m.ci_low, "ci_high": m.ci_high, "p_seeds": m.p_seeds,
+         "n_seeds": m.n_seeds, "note": m.reason}
         for c in d.conditions for m in c.metrics])
 
 
@@ -267,13 +256,15 @@ def sentences(d: DoseResponse) -> list[str]:
     out = [f"*This section is the {CLAIM_OWNER}:* the paper runs each condition at one strength; "
            "here a condition swept with `--strengths` is tested for an effect monotone in its strength "
            "(Spearman ρ of Δ = condition − matched `none` run against strength, over every "
-           "(strength, seed) pair; 95 % bootstrap interval over whole seeds; the scorecard's verdicts)."]
+           "(strength, seed) pair, descriptive; tested with the seed as the unit: each seed's OLS slope of Δ "
+           "on strength, 95 % t interval; the verdicts are the scorecard's)."]
     for c in d.conditions:
         parts = []
         for m in c.metrics:
-            ci = f" [{fmt(m.ci_low, '.2f')}, {fmt(m.ci_high, '.2f')}]" if m.ci_low is not None else ""
-            tail = f" (expected {m.expected}: {m.verdict})" if m.verdict else ""
-            parts.append(f"Δ{m.metric} {ARROW[m.predicted]} ρ = {fmt(m.rho, '.2f')}{ci}{tail}")
+            ci = f" [{fmt(m.ci_low, '.3g')}, {fmt(m.ci_high, '.3g')}]" if m.ci_low is not None else ""
+            tail = f" (expected {m.expected})" if m.expected else ""
+            parts.append(f"Δ{m.metric} {ARROW[m.predicted]} ρ = {fmt(m.rho, '.2f')}; slope per seed "
+                         f"{fmt(m.slope, '.3g')}{ci}{tail}")
         default = f"; default {c.default:g}" if c.default is not None else ""
         out.append(f"{vocab.condition_label(c.condition)} ({vocab.init_label(c.init)}), {c.field} ∈ "
                    f"{{{', '.join(f'{s:g}' for s in c.strengths)}}}{default}, {c.n_runs} runs with a matched "
@@ -282,29 +273,29 @@ def sentences(d: DoseResponse) -> list[str]:
 
 
 #: both sides of a dose–response row (the paper has none)
-_KIND = "correlation: Spearman ρ of the Δ vs matched none with the strength"
+_KIND = "level: OLS slope of the Δ vs matched none on the strength, mean over seeds"
 
 
 def dose_claims(an: Analysis) -> list[claims.Claim]:
-    """One scorecard row per swept condition and predicted metric, with the section's own ρ and
-    interval (``Claim.computed``): the statistic is not a mean over seeds."""
+    """One scorecard row per swept condition and predicted metric: its units are the seeds' slopes of
+    Δ on strength (ρ, over pairs that share seeds, is the note)."""
     d = an.results.get("dose_response")
     out = []
     for c in (d.conditions if d is not None else ()):
         for m in c.metrics:
             if m.predicted is None:
                 continue
-            text = (f"{c.condition}: Δ{m.metric} monotone in {c.field} "
-                    f"({', '.join(f'{s:g}' for s in c.strengths)}; Spearman ρ) — {CLAIM_OWNER}")
+            text = (f"{c.condition}: Δ{m.metric} grows in the predicted direction with {c.field} "
+                    f"({', '.join(f'{s:g}' for s in c.strengths)}) — {CLAIM_OWNER}")
             expect = claims.Expect(">" if m.predicted > 0 else "<", 0)
             cid = f"dose_response.{c.condition}.{m.metric}"
-            if m.rho is None:
+            if m.rho is None or not m.seed_slopes:
                 out.append(claims.Claim(cid, "dose_response", text, "— (not in the paper)", expect,
-                                        n_runs=c.n_runs, reason=m.reason, kind=_KIND))
+                                        n_runs=c.n_runs, reason=m.reason or "no seed with a slope", kind=_KIND))
                 continue
-            out.append(claims.Claim(cid, "dose_response", text, "— (not in the paper)", expect, n_runs=c.n_runs,
-                                    note=f"{m.n_pairs} (strength, seed) pairs", kind=_KIND,
-                                    computed=(m.rho, m.ci_low, m.ci_high, m.n_seeds)))
+            out.append(claims.Claim(cid, "dose_response", text, "— (not in the paper)", expect,
+                                    np.array(m.seed_slopes), c.n_runs, kind=_KIND,
+                                    note=f"Spearman ρ {m.rho:.2f} over {m.n_pairs} (strength, seed) pairs"))
     return out
 
 

@@ -166,6 +166,35 @@ def group_slopes(
     return pd.concat([out, pd.DataFrame(new, index=out.index)], axis=1)
 
 
+#: The collapse ends at the trough of PR_K within this share of the logged epochs (SPEC §8).
+COLLAPSE_SEARCH = 0.25
+
+
+def collapse_end(layers: pd.DataFrame) -> int | None:
+    """The epoch the initial collapse ends at (SPEC §8): the trough of the layer- and run-mean
+    ``pr_k`` among epochs 1 .. ceil(COLLAPSE_SEARCH · E), E the last logged epoch. One epoch for the
+    whole frame (pass one preset's baseline rows), so the window cannot favour a direction in any
+    one trajectory. None when fewer than 4 epochs are logged after epoch 0, or no pr_k."""
+    if layers.empty or "pr_k" not in layers or layers["epoch"].max() < 4:
+        return None
+    last = int(layers["epoch"].max())
+    early = layers[(layers["epoch"] >= 1) & (layers["epoch"] <= int(np.ceil(COLLAPSE_SEARCH * last)))]
+    mean = early.groupby("epoch")["pr_k"].mean().dropna()
+    return int(mean.idxmin()) if not mean.empty else None
+
+
+def window_slopes(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str], start: int | None) -> pd.DataFrame:
+    """``group_slopes`` over all logged epochs, with the same fit over epochs >= ``start`` (the
+    post-collapse window) beside it as ``<m>_slope_post`` and ``<m>_mean_post`` (NaN when start is None)."""
+    out = group_slopes(df, keys, metrics)
+    post = group_slopes(df[df["epoch"] >= start] if start is not None else df.iloc[:0], keys, metrics)
+    cols = [f"{m}_{s}" for m in metrics for s in ("slope", "mean")]
+    post = post[list(keys) + cols].rename(columns={c: f"{c}_post" for c in cols})
+    if out.empty:
+        return out.assign(**{f"{c}_post": pd.Series(dtype=float) for c in cols})
+    return out.merge(post, on=list(keys), how="left")
+
+
 def seed_averaged_traces(layers: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     """Mean over seeds per (init, depth, layer, epoch); adds ``n_seeds``.
 

@@ -10,17 +10,18 @@ import pandas as pd
 
 from analysis import claims
 from analysis import vocabulary as vocab
-from analysis.frames import RUN_ID_COLS, baseline, group_slopes, seed_averaged_traces
+from analysis.frames import RUN_ID_COLS, baseline, collapse_end, seed_averaged_traces, window_slopes
 from analysis.primitives import SlopeCount, to_jsonable
 from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 
 SLOPE_METRICS: tuple[str, ...] = ("pr_q", "pr_k", "pr_q_minus_pr_k")
 
 
-def trace_slopes(layers: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """Slopes (and means) of the seed-averaged traces of baseline rows, one row per (init, depth, layer)."""
+def trace_slopes(layers: pd.DataFrame, metrics: Sequence[str], start: int | None = None) -> pd.DataFrame:
+    """Slopes (and means) of the seed-averaged traces of baseline rows, one row per (init, depth, layer);
+    over epochs >= ``start`` too (``<m>_slope_post``: the post-collapse window, SPEC §8)."""
     traces = seed_averaged_traces(baseline(layers), metrics)
-    out = group_slopes(traces, ["init", "depth", "layer"], metrics)
+    out = window_slopes(traces, ["init", "depth", "layer"], metrics, start)
     if not traces.empty:
         out["n_seeds"] = (
             traces.groupby(["init", "depth", "layer"], sort=True)["n_seeds"].max().to_numpy()
@@ -28,10 +29,11 @@ def trace_slopes(layers: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     return out
 
 
-def run_slopes(layers: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """Slopes (and means) of every per-run layer trajectory, one row per (run, layer)."""
+def run_slopes(layers: pd.DataFrame, metrics: Sequence[str], start: int | None = None) -> pd.DataFrame:
+    """Slopes (and means) of every per-run layer trajectory, one row per (run, layer); over epochs
+    >= ``start`` too (the post-collapse window)."""
     keys = [c for c in RUN_ID_COLS if c in layers.columns] + ["layer"]
-    return group_slopes(layers, keys, metrics)
+    return window_slopes(layers, keys, metrics, start)
 
 
 #: group ("uncoupled", "coupled", "pooled") -> metric -> counts of its slopes
@@ -40,23 +42,27 @@ SlopeGroups = dict[str, dict[str, SlopeCount]]
 
 @dataclass
 class SlopesResult(Result):
-    """Table 4: slope counts per init group, over seed-averaged traces and over every run."""
+    """Table 4: slope counts per init group, over seed-averaged traces and over every run; the same
+    over the post-collapse window (epochs >= ``collapse_end``) as a sensitivity."""
 
     traces: SlopeGroups  # stats.json "slopes": the paper's unit
     per_run: SlopeGroups  # stats.json "slopes_per_run"
+    collapse_end: int | None = None  # the first epoch of the post-collapse window (SPEC §8)
+    traces_post: SlopeGroups | None = None  # seed-averaged traces over that window
 
     def to_json(self) -> dict[str, object]:
-        return {"slopes": to_jsonable(self.traces), "slopes_per_run": to_jsonable(self.per_run)}
+        return {"slopes": to_jsonable(self.traces), "slopes_per_run": to_jsonable(self.per_run),
+                "slopes_post_collapse": to_jsonable({"collapse_end": self.collapse_end, "traces": self.traces_post})}
 
 
-def _slope_groups(slopes: pd.DataFrame, metrics: Sequence[str]) -> tuple[SlopeGroups, dict[str, str]]:
+def _slope_groups(slopes: pd.DataFrame, metrics: Sequence[str], suffix: str = "") -> tuple[SlopeGroups, dict[str, str]]:
     out: SlopeGroups = {}
     missing: dict[str, str] = {}
     groups = vocab.slope_groups()
     for group, members in groups.items():
         sub = slopes[slopes["init"].isin(members)] if not slopes.empty else slopes
         out[group] = {
-            m: SlopeCount.of(sub[f"{m}_slope"].to_numpy(float) if not sub.empty else np.array([]))
+            m: SlopeCount.of(sub[f"{m}_slope{suffix}"].to_numpy(float) if not sub.empty else np.array([]))
             for m in metrics
         }
         if all(out[group][m].n == 0 for m in metrics):
@@ -73,22 +79,31 @@ def compute_slopes(layers: pd.DataFrame) -> Computed[SlopesResult]:
     base = baseline(layers)
     if base.empty:
         return Computed(None, {"slopes": "no baseline runs in the store"})
-    ts = trace_slopes(base, SLOPE_METRICS)
-    rs = run_slopes(base, SLOPE_METRICS)
+    start = collapse_end(base)
+    ts = trace_slopes(base, SLOPE_METRICS, start)
+    rs = run_slopes(base, SLOPE_METRICS, start)
     groups, miss = _slope_groups(ts, SLOPE_METRICS)
     groups_run, _ = _slope_groups(rs, SLOPE_METRICS)
+    post = _slope_groups(ts, SLOPE_METRICS, "_post")[0] if start is not None else None
     missing = {f"slopes.{g}": r for g, r in miss.items()}
     if len(miss) == len(groups):
         missing = {"slopes": "no baseline trajectory has >= 2 logged epochs"}
-    return Computed(SlopesResult(groups, groups_run), missing, {"trace_slopes": ts, "run_slopes": rs})
+    if start is None:
+        missing["slopes.post_collapse"] = "fewer than 4 logged epochs after epoch 0: no post-collapse window"
+    return Computed(SlopesResult(groups, groups_run, start, post), missing, {"trace_slopes": ts, "run_slopes": rs})
 
 
 def table4_slopes(s: SlopesResult) -> pd.DataFrame | None:
-    """Slopes over seed-averaged traces: mean, sd, n, positive, negative per group and metric."""
+    """Slopes over seed-averaged traces: mean, sd, n, positive, negative per group and metric (every
+    logged epoch, the paper's definition), and the same counts over the post-collapse window."""
     rows = []
     for group, metrics in s.traces.items():
         for metric, d in metrics.items():
-            rows.append({"group": group, "metric": metric, **to_jsonable(d)})
+            post = (s.traces_post or {}).get(group, {}).get(metric)
+            rows.append({"group": group, "metric": metric, **to_jsonable(d),
+                         "post_collapse_mean": post.mean if post else None,
+                         "post_collapse_positive": post.positive if post else None,
+                         "post_collapse_negative": post.negative if post else None})
     df = pd.DataFrame(rows)
     return df if (df["n"] > 0).any() else None
 
@@ -108,8 +123,13 @@ def sentence(s: SlopesResult) -> str:
             for g in ("uncoupled", "coupled")
             if sl[g][metric].n
         )
-        bits.append(f"{verb} in {getattr(pooled, key)} of {pooled.n} seed-averaged traces ({groups})")
-    return "; ".join(bits) + "."
+        post = (s.traces_post or {}).get("pooled", {}).get(metric)
+        tail = f"; after the collapse {getattr(post, key)}/{post.n}" if post is not None and post.n else ""
+        bits.append(f"{verb} in {getattr(pooled, key)} of {pooled.n} seed-averaged traces ({groups}{tail})")
+    window = (f" Post-collapse window (SPEC §8): epochs ≥ {s.collapse_end}, the trough of PR_K after "
+              "the initial collapse; its counts are a sensitivity check of the paper's fit over every epoch."
+              if s.collapse_end is not None else "")
+    return "; ".join(bits) + "." + window
 
 
 class Slopes(Section[SlopesResult]):

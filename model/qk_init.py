@@ -52,14 +52,18 @@ class InitRegime:
     label: str  # how tables, figure legends and report.md name it
     colour: str  # matplotlib colour of its lines and points
     coupled: bool  # W_K starts tied to W_Q (SPEC §8: the "coupled" group)
+    #: the alignment the regime fixes at initialisation, where it fixes one (a copy: 1, disjoint
+    #: supports: 0; a random draw: None). At a bound of |cos| (0 or 1) the final alignment can only
+    #: move one way, so the scorecard shows that claim as a sanity check, not as evidence (SPEC §8)
+    initial_alignment: float | None = None
 
 
 #: name -> regime, in registration order (built-ins first).
 QK_INITS: dict[str, InitRegime] = {}
 
 
-def register_init(name: str, *, label: str, coupled: bool, colour: str | None = None
-                  ) -> Callable[[QKInit], QKInit]:
+def register_init(name: str, *, label: str, coupled: bool, colour: str | None = None,
+                  initial_alignment: float | None = None) -> Callable[[QKInit], QKInit]:
     """Function decorator adding a Q/K regime to ``QK_INITS`` under ``name``.
 
     ``colour=None`` takes the next unused colour of a fixed palette. Registering a
@@ -72,7 +76,7 @@ def register_init(name: str, *, label: str, coupled: bool, colour: str | None = 
             raise ValueError(f"qk_init {name!r} is already registered by {old.fn.__module__}.{old.fn.__qualname__}")
         used = {r.colour for n, r in QK_INITS.items() if n != name}
         chosen = colour or next((c for c in _PALETTE if c not in used), _PALETTE[len(QK_INITS) % len(_PALETTE)])
-        QK_INITS[name] = InitRegime(name, fn, label, chosen, coupled)
+        QK_INITS[name] = InitRegime(name, fn, label, chosen, coupled, initial_alignment)
         return fn
 
     return add
@@ -91,14 +95,15 @@ def independent_xavier(wq: Tensor, wk: Tensor, gen: torch.Generator) -> None:
     _xavier_(wk, gen)
 
 
-@register_init("qk_identical", label="QK Identical", coupled=True, colour="#d62728")
+@register_init("qk_identical", label="QK Identical", coupled=True, colour="#d62728", initial_alignment=1.0)
 def qk_identical(wq: Tensor, wk: Tensor, gen: torch.Generator) -> None:
     """W_Q xavier; W_K an exact copy (a separate parameter, trained freely)."""
     _xavier_(wq, gen)
     wk.copy_(wq)
 
 
-@register_init("disjoint_support_xavier", label="Disjoint Support Xavier", coupled=False, colour="#2ca02c")
+@register_init("disjoint_support_xavier", label="Disjoint Support Xavier", coupled=False, colour="#2ca02c",
+               initial_alignment=0.0)
 def disjoint_support_xavier(wq: Tensor, wk: Tensor, gen: torch.Generator) -> None:
     """W_Q on a random half of the input columns, W_K on the other half, each ×√2."""
     d_in = wq.shape[1]

@@ -1,7 +1,7 @@
 """``make demo``: the whole study at laptop scale, end to end.
 
-1. ``sweep.baseline --preset demo``   (3 depths × 3 inits × 2 seeds on stdlib-docs)
-2. ``sweep.interventions --preset demo --seeds 2``   (6 conditions × 2 seeds; ``--seeds auto``:
+1. ``sweep.baseline --preset demo``   (3 depths × 3 inits × the preset's seeds on stdlib-docs)
+2. ``sweep.interventions --preset demo``   (6 conditions × the preset's seeds; ``--seeds auto``:
    rounds of seeds until each intervention claim is decided, docs/seeds.md)
 3. ``sweep.tiny_series`` + ``sweep.extension``   (a tiny local character-level GPT-2
    series, built offline into ``runs/tiny-series``, probed for Appendix A)
@@ -117,8 +117,9 @@ def _main(args: argparse.Namespace) -> int:
     plugins = Plugins.from_args(args)  # one value for every trial and probe actor
     baseline = BASELINE_PRESETS[preset]
     grid = INTERVENTION_PRESETS[preset]
-    # the 2-layer tiers run 2 of the 5 intervention seeds; the paper-depths tier all 5, as the paper
-    interventions = grid if preset == "paper-depths" else replace(grid, seeds=grid.seeds[:2])
+    # every tier runs its preset's seeds: enough for the scorecard's test to decide a direction
+    # (SPEC §8), and none of them chose the schedule (SPEC §10)
+    interventions = grid
     if auto is not None:  # timed and estimated for the first round; later rounds only as needed
         interventions = replace(grid, seeds=grid.seeds[:FIRST_LOOK])
     extension = ExtensionSettings(ProbeSettings(args.store, n_seqs=8, seq_len=64, cpus=1.0,

@@ -147,7 +147,7 @@ PAPER_SEEDS = (37, 42, 105, 210)
 INTERVENTION_SEEDS = (7, 37, 42, 105, 210)
 #: The laptop tiers' seeds: none of them chose a schedule (``*_SCHEDULE_SEEDS``), so their
 #: verdicts confirm rather than restate the choice (SPEC §10).
-CONFIRMATORY_SEEDS = (11, 12, 13, 14, 15)
+CONFIRMATORY_SEEDS = (11, 12, 13, 14, 15, 16)
 #: The seeds each laptop schedule was chosen on (LOG.md, the demo's schedule).
 DEMO_BASELINE_SCHEDULE_SEEDS = (37, 42)
 DEMO_INTERVENTION_SCHEDULE_SEEDS = (7, 37)
@@ -196,7 +196,7 @@ BASELINE_PRESETS: dict[str, Preset] = {
     "demo": Preset("demo", "baseline", "stdlib-docs", DEMO_DEPTHS, INITS, CONFIRMATORY_SEEDS, model=_DEMO_MODEL,
                    train=_schedule(_DEMO_TRAIN, *DEMO_BASELINE_SCHEDULE), note=_DEMO_NOTE,
                    schedule_seeds=DEMO_BASELINE_SCHEDULE_SEEDS),
-    "paper-depths": Preset("paper-depths", "baseline", "stdlib-docs", PAPER_DEPTHS, INITS, CONFIRMATORY_SEEDS[:2],
+    "paper-depths": Preset("paper-depths", "baseline", "stdlib-docs", PAPER_DEPTHS, INITS, CONFIRMATORY_SEEDS,
                            model=_DEMO_MODEL, train=_schedule(_DEMO_TRAIN, *PAPER_DEPTHS_BASELINE_SCHEDULE),
                            note=_PAPER_DEPTHS_NOTE, schedule_seeds=PAPER_DEPTHS_BASELINE_SCHEDULE_SEEDS),
     "quick": Preset("quick", "baseline", "stdlib-docs", DEMO_DEPTHS, INITS, CONFIRMATORY_SEEDS[:2], model=_DEMO_MODEL,

@@ -1,146 +1,175 @@
-"""analysis/scorecard.py: verdicts and intervals of the reproduction scorecard.
+"""analysis/scorecard.py: the verdicts of the reproduction scorecard and what each row says.
 
-Every expected value here is recomputed from the raw synthetic tables with
-plain pandas/numpy (and, for intervals, ``scipy.stats.bootstrap`` on the
-per-seed values), not through ``analysis``.
+Stores come from ``sweep.synthetic.effects`` (a chosen effect per claim, none elsewhere) and
+``sweep.synthetic`` (the paper grid with planted structure). Values, intervals and p-values are
+recomputed here from the raw tables with pandas/numpy and Student's t from ``scipy.special``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 
 import numpy as np
 import pytest
-from scipy import stats as sps
+from scipy import special
 
 from analysis import scorecard as sc
 from analysis.compute import compute_all
-from sweep.synthetic import (
-    Planted,
-    expected_slope_counts,
-    make_synthetic_store,
-)
-from sweep.synthetic.planted import _default_effects
+from analysis.inference import FAILS, HOLDS, NOT_MEASURED, REPRODUCED, REVERSED, UNDECIDED, holm
+from sweep.synthetic import make_synthetic_store
+from sweep.synthetic.effects import make_effect_store
 
 
-def _rows(tb: dict, preset: str = "paper") -> dict[str, dict]:
-    an = compute_all(tb)
-    return {r.id: asdict(r) for r in sc.build_scorecard(an, preset, paper_scale=preset == "paper")}
+def _rows(tb: dict, preset: str = "demo", sequential: dict | None = None) -> dict[str, dict]:
+    an = compute_all(tb, preset=preset)
+    return {r.id: asdict(r) for r in sc.build_scorecard(an, preset, paper_scale=preset == "paper",
+                                                         sequential=sequential)}
 
 
-def _hand_deltas(tb: dict, cond: str, metric: str) -> np.ndarray:
-    """Per seed: final layer-mean of ``metric`` of ``cond`` minus that of ``none`` (raw rows)."""
-    lay = tb["layers"][tb["layers"]["sweep"] == "interventions"]
-    last = lay[lay["epoch"] == lay["epoch"].max()]
-    means = last.groupby(["condition", "seed"])[metric].mean()
-    return (means.loc[cond] - means.loc["none"]).sort_index().to_numpy()
-
-
-def _hand_verdict(v: np.ndarray, sign: int) -> tuple[float, str]:
-    """Mean of per-seed values and the verdict from an independent percentile bootstrap."""
-    mean = float(v.mean())
-    if np.sign(mean) != sign:
-        return mean, "not reproduced"
-    if np.ptp(v) == 0:
-        lo = hi = mean
-    else:
-        ci = sps.bootstrap((v,), np.mean, method="percentile", n_resamples=4000,
-                           rng=np.random.default_rng(123)).confidence_interval
-        lo, hi = ci.low, ci.high
-    return mean, "reproduced" if sign * lo > 0 and sign * hi > 0 else "direction only"
+#: Every counted claim of the demo's grid, each planted against its expected side, in stores whose
+#: claims do not move one another (one store per group). The dose–response's claims exist only with
+#: a strength sweep: tests/test_analysis_dose_response.py falsifies them.
+FALSE = [
+    {"alignment.final.independent_xavier": -0.1, "slopes.pr_k": +0.1, "slopes.pr_q_minus_pr_k": -0.1,
+     "categories.late_mid.qk_erank": -1.0, "categories.late_mid.pr_q": -1.0,
+     "categories.early_mid.attn_entropy": -0.4, "categories.early_mid.qk_erank": -1.0,
+     "bridge.key_spec__qk_compression": -0.9, "bridge.qk_compression__entropy_sharpening": -0.9,
+     "bridge.qk_compression__top1_sharpening": -0.9,
+     "interventions.forced_k_contraction.attn_entropy": +0.3, "interventions.forced_k_contraction.logit_std": -1.0,
+     "interventions.forced_k_contraction.qk_erank": +3.0, "interventions.k_spectrum_clamp.attn_entropy": -0.3,
+     "interventions.k_spectrum_clamp.logit_std": +1.0, "interventions.k_spectrum_clamp.qk_erank": -3.0,
+     "interventions.freeze_k.attn_entropy": -0.3, "interventions.freeze_k.logit_std": +1.0,
+     "interventions.freeze_k.qk_erank": -3.0, "interventions.freeze_q.attn_entropy": -0.3,
+     "checkpoints.positive": 1.0, "checkpoints.link": 0.0},
+    {"alignment.contrast": -0.15},
+    {"alignment.gap.L1": -0.15, "alignment.gap.L2": -0.15, "alignment.gap.L3": -0.15},
+    {"alignment.gap.growth": -0.3},
+]
 
 
 @pytest.fixture(scope="module")
-def opposite_store() -> dict:
-    """The paper grid with freeze_k planted to *sharpen* attention (opposite to SPEC §5)."""
-    effects = _default_effects()
-    effects["freeze_k"] = {**effects["freeze_k"], "attn_entropy": -0.25}
-    return make_synthetic_store(n_seeds=3, epochs=9, iv_epochs=5, planted=Planted(effects=effects))
+def falsified() -> list[dict[str, dict]]:
+    return [_rows(make_effect_store(effects, n_series=12, epochs=12, iv_epochs=4, rng_seed=k))
+            for k, effects in enumerate(FALSE)]
 
 
-def test_planted_reproduced_direction_only_and_opposite_verdicts(opposite_store):
-    rows = _rows(opposite_store)
-    cases = [
-        ("k_spectrum_clamp", "logit_std", -1, "reproduced"),  # -0.8 in every seed
-        ("forced_k_contraction", "logit_std", +1, "direction only"),  # seed 1 flipped: 4 of 5 seeds
-        ("freeze_k", "attn_entropy", +1, "not reproduced"),  # planted opposite
-    ]
-    for cond, metric, sign, planted_verdict in cases:
-        v = _hand_deltas(opposite_store, cond, metric)
-        mean, verdict = _hand_verdict(v, sign)
-        row = rows[f"interventions.{cond}.{metric}"]
-        assert verdict == planted_verdict, (cond, metric, v)
-        assert row["verdict"] == verdict, (cond, metric)
-        assert row["value"] == pytest.approx(mean, rel=1e-9)
-        assert row["n"] == len(v) == 5 and row["unit"] == "seeds"
-        if np.ptp(v) > 0:  # the module's interval agrees with an independent bootstrap
-            ci = sps.bootstrap((v,), np.mean, method="percentile", n_resamples=4000,
-                               rng=np.random.default_rng(123)).confidence_interval
-            assert row["ci_low"] == pytest.approx(ci.low, abs=0.3 * np.ptp(v))
-            assert row["ci_high"] == pytest.approx(ci.high, abs=0.3 * np.ptp(v))
+def test_every_counted_claim_is_reversed_in_a_store_where_it_is_false(falsified) -> None:
+    counted = {i for i, r in falsified[0].items() if r["block"] == "counted" and r["verdict"] != NOT_MEASURED}
+    planted = {c for group in FALSE for c in group}
+    assert counted <= planted, f"counted claims no store falsifies: {sorted(counted - planted)}"
+    for group, rows in zip(FALSE, falsified, strict=True):
+        for cid in group:
+            assert rows[cid]["verdict"] == REVERSED, (cid, rows[cid]["value"], rows[cid]["p_adj"])
 
 
-def test_slope_fraction_matches_hand_seed_averaged_traces(opposite_store):
-    rows = _rows(opposite_store)
-    base = opposite_store["layers"][opposite_store["layers"]["sweep"] == "baseline"]
-    trace = base.groupby(["init", "depth", "layer", "epoch"])["pr_q_minus_pr_k"].mean().reset_index()
-    slopes = trace.groupby(["init", "depth", "layer"]).apply(
+def test_true_effects_are_reproduced() -> None:
+    true = {cid: -v if isinstance(v, float) and cid.split(".")[0] != "checkpoints" else 1.0 - v
+            for cid, v in FALSE[0].items()}
+    rows = _rows(make_effect_store(true, n_series=12, epochs=12, iv_epochs=4, rng_seed=9))
+    for cid in true:
+        assert rows[cid]["verdict"] == REPRODUCED, (cid, rows[cid]["value"], rows[cid]["p_adj"])
+
+
+@pytest.fixture(scope="module")
+def null_store() -> dict:
+    return make_effect_store(epochs=12, iv_epochs=4, rng_seed=3)
+
+
+@pytest.fixture(scope="module")
+def null_rows(null_store) -> dict[str, dict]:
+    return _rows(null_store)
+
+
+def test_a_store_with_no_effect_decides_nothing_and_its_sanity_checks_hold(null_rows) -> None:
+    rows = null_rows
+    counted = [r for r in rows.values() if r["block"] == "counted" and r["verdict"] != NOT_MEASURED]
+    assert len(counted) == 25 and all(r["verdict"] == UNDECIDED for r in counted)
+    sanity = {i: r for i, r in rows.items() if r["block"] == "sanity"}
+    assert set(sanity) == {"alignment.initial", "alignment.final.qk_identical",
+                           "alignment.final.disjoint_support_xavier"}
+    assert all(r["verdict"] == HOLDS and r["p_adj"] is None for r in sanity.values())
+    assert rows["alignment.final.independent_xavier"]["block"] == "counted"  # a random start: evidence
+
+
+def test_values_intervals_and_holm_recomputed_by_hand() -> None:
+    tb = make_effect_store({"interventions.freeze_k.logit_std": -0.15, "slopes.pr_q_minus_pr_k": 0.02},
+                           epochs=12, iv_epochs=4, rng_seed=4)
+    rows = _rows(tb)
+    lay = tb["layers"]
+    # freeze_k's logit_std: per seed, final layer-mean under freeze_k − under none
+    iv = lay[(lay["sweep"] == "interventions") & (lay["epoch"] == 4)]
+    means = iv.groupby(["condition", "seed"])["logit_std"].mean()
+    d = (means.loc["freeze_k"] - means.loc["none"]).to_numpy()
+    # slopes: per seed, the mean over its layer trajectories of the OLS slope of pr_q − pr_k
+    base = lay[lay["sweep"] == "baseline"]
+    per_traj = base.groupby(["seed", "init", "depth", "layer"]).apply(
         lambda g: np.polyfit(g["epoch"], g["pr_q_minus_pr_k"], 1)[0], include_groups=False)
-    frac = float((slopes > 0).mean())
-    exp = expected_slope_counts()["pooled"]["pr_q_minus_pr_k"]
-    assert frac == pytest.approx(exp["positive"] / exp["n"])  # 53/54: one inverted cell planted
-    row = rows["slopes.pr_q_minus_pr_k"]
-    assert row["value"] == pytest.approx(frac)
-    assert row["verdict"] == "reproduced" and row["ci_low"] > 0.5
+    s = per_traj.groupby("seed").mean().to_numpy()
+    for cid, y in (("interventions.freeze_k.logit_std", d), ("slopes.pr_q_minus_pr_k", s)):
+        n, mean, sd = y.size, y.mean(), y.std(ddof=1)
+        t = mean / (sd / math.sqrt(n))
+        half = special.stdtrit(n - 1, 0.975) * sd / math.sqrt(n)
+        row = rows[cid]
+        assert row["value"] == pytest.approx(mean, rel=1e-9) and row["n"] == n == 6
+        assert (row["ci_low"], row["ci_high"]) == (pytest.approx(mean - half, rel=1e-9), pytest.approx(mean + half, rel=1e-9))
+        assert row["p"] == pytest.approx(2 * special.stdtr(n - 1, -abs(t)), rel=1e-9) and row["test"] == "t, 5 df"
+    family = [r for r in rows.values() if r["block"] == "counted" and r["p"] is not None]
+    assert [r["p_adj"] for r in family] == pytest.approx(holm([r["p"] for r in family]))
+
+
+def test_post_collapse_column_on_the_slope_and_bridge_rows(null_rows) -> None:
+    rows = null_rows
+    for cid in ("slopes.pr_k", "bridge.key_spec__qk_compression"):
+        assert rows[cid]["post_value"] is not None and rows[cid]["post_p"] is not None, cid
+    assert rows["alignment.contrast"]["post_value"] is None
+
+
+def test_a_claim_decided_by_seeds_auto_takes_that_decision_and_leaves_the_family(null_store, null_rows) -> None:
+    tb, plain = null_store, null_rows
+    record = {("freeze_k", "qk_erank"): {"outcome": "as predicted", "text": "as predicted, decided at 3 seeds "
+                                         "(look 1 of 4)", "experiment": "interventions-demo-auto"}}
+    rows = _rows(tb, sequential=record)
+    row = rows["interventions.freeze_k.qk_erank"]
+    assert row["verdict"] == REPRODUCED and row["p_adj"] is None and row["test"] == "--seeds auto"
+    assert "--seeds auto: as predicted, decided at 3 seeds" in row["reason"]
+    assert plain["interventions.freeze_k.qk_erank"]["verdict"] == UNDECIDED
+    assert sum(r["p_adj"] is not None for r in rows.values()) == sum(r["p_adj"] is not None for r in plain.values()) - 1
 
 
 def test_missing_sections_are_not_measured_with_a_reason():
     tb = make_synthetic_store(n_seeds=2, epochs=5, interventions=False, checkpoints=False)
-    rows = _rows(tb, preset="demo")
+    rows = _rows(tb, preset="paper")
     iv = [r for r in rows.values() if r["section"] == "interventions"]
     ck = [r for r in rows.values() if r["section"] == "checkpoints"]
     assert iv and ck
     for r in iv + ck:
-        assert r["verdict"] == "not measured" and r["value"] is None and r["reason"], r["id"]
-    assert "paper scale only" in rows["interventions.val_loss"]["reason"]
-    assert rows["alignment.contrast"]["verdict"] != "not measured"
+        assert r["verdict"] == NOT_MEASURED and r["value"] is None and r["reason"], r["id"]
+    assert rows["alignment.contrast"]["verdict"] != NOT_MEASURED
 
 
-def test_two_seeds_interval_is_the_range_of_the_seeds():
-    """With 2 seeds the percentile interval spans the two seeds' own statistics."""
-    tb = make_synthetic_store(n_seeds=2, epochs=5, preset="demo", interventions=False, checkpoints=False)
-    rows = _rows(tb, preset="demo")
-    lay = tb["layers"]
-    fin = lay[lay["epoch"] == lay["epoch"].max()]
-    run = fin.groupby(["seed", "init", "depth"])["qk_alignment"].mean().groupby(["seed", "init"]).mean()
-    per_seed = run.xs("qk_identical", level="init") - (
-        run.xs("independent_xavier", level="init") + run.xs("disjoint_support_xavier", level="init")) / 2
-    row = rows["alignment.contrast"]
-    assert row["n"] == 2 and "2 seeds" not in (row["reason"] or "")  # said once, above the table
-    assert row["value"] == pytest.approx(per_seed.mean())
-    assert row["ci_low"] == pytest.approx(per_seed.min()) and row["ci_high"] == pytest.approx(per_seed.max())
-    assert row["verdict"] == ("reproduced" if per_seed.min() > 0 else "direction only")
-    assert rows["alignment.final.qk_identical"]["within_paper_spread"] is None  # not a paper store
-
-
-def test_paper_store_checks_the_paper_spread():
-    rows = _rows(make_synthetic_store(n_seeds=3, epochs=9, iv_epochs=5))
+def test_paper_scale_adds_the_magnitude_column():
+    rows = _rows(make_synthetic_store(n_seeds=3, epochs=9, iv_epochs=5), preset="paper")
     # planted coupled final 0.25 + 0.03·depth ≈ 0.43 (inside 0.453 ± 0.095); uncoupled 0.19 / 0.20
     for init in ("qk_identical", "independent_xavier", "disjoint_support_xavier"):
         assert rows[f"alignment.final.{init}"]["within_paper_spread"] is True, init
+        assert rows[f"alignment.final.{init}"]["magnitude"] == "consistent"
+    late = rows["categories.late_mid.qk_erank"]  # the paper's 10.08 far outside this store's interval
+    assert late["magnitude"] == "inconsistent" and not late["ci_low"] <= 10.08 <= late["ci_high"]
+    assert rows["interventions.freeze_k.logit_std"]["magnitude"] is None  # the paper gives a sign only
+    assert rows["interventions.val_loss"]["block"] == "magnitude" and rows["interventions.val_loss"]["magnitude"]
 
-
-# --- what each row measured, said once and in the same units -------------------------
 
 
 def test_local_checkpoint_series_leave_the_public_series_claims_not_measured():
     tb = make_synthetic_store(n_seeds=2, epochs=5, preset="demo", interventions=False)
     public = _rows(tb, preset="demo")
-    assert public["checkpoints.positive"]["verdict"] != "not measured"  # Hub repos: measured
+    assert public["checkpoints.positive"]["verdict"] != NOT_MEASURED  # Hub repos: measured
+    assert public["checkpoints.positive"]["test"] == "binomial"
     tb["checkpoints"] = tb["checkpoints"].assign(repo=None)  # a manifest `path`, like the demo's tiny series
     local = _rows(tb, preset="demo")
     for cid in ("checkpoints.positive", "checkpoints.link"):
-        assert local[cid]["verdict"] == "not measured" and local[cid]["value"] is None
+        assert local[cid]["verdict"] == NOT_MEASURED and local[cid]["value"] is None
         assert "local checkpoints, not the paper's public series" in local[cid]["reason"]
     from analysis.checkpoints import sentence
 
@@ -152,7 +181,7 @@ def test_local_checkpoint_series_leave_the_public_series_claims_not_measured():
 def test_every_row_names_its_quantity_and_the_paper_states_the_same_one():
     from analysis.claims import KINDS
 
-    rows = _rows(make_synthetic_store(n_seeds=3, epochs=9, iv_epochs=5))
+    rows = _rows(make_synthetic_store(n_seeds=3, epochs=9, iv_epochs=5), preset="paper")
     for r in rows.values():
         assert r["kind"].split(":")[0].split()[0] in KINDS, (r["id"], r["kind"])
     iv = rows["interventions.forced_k_contraction.attn_entropy"]
@@ -162,15 +191,18 @@ def test_every_row_names_its_quantity_and_the_paper_states_the_same_one():
     assert fin["kind"].startswith("change") and fin["paper"].startswith("-0.5470")
 
 
-def test_units_and_the_legend_above_the_table():
+def test_the_legend_the_sanity_block_and_the_summary(null_rows):
     assert [sc.units(1, "seeds"), sc.units(2, "seeds"), sc.units(1, "series"), sc.units(3, "series")] == [
         "1 seed", "2 seeds", "1 series", "3 series"]
-    rows = list(_rows(make_synthetic_store(n_seeds=2, epochs=5, preset="demo", interventions=False),
-                      preset="demo").values())
+    rows = list(null_rows.values())
+    assert all(r["magnitude"] is None for r in rows)  # below paper scale: no magnitude column
     md = sc.render_markdown(rows, paper_scale=False)
     table = next(i for i, line in enumerate(md) if line.startswith("| claim"))
-    assert md.index(sc.LEGEND) < table and md.index(sc.TWO_SEEDS) < table
-    assert "\n".join(md).count("two seeds' own values") == 1 and "serie " not in "\n".join(md)
-    three = list(_rows(make_synthetic_store(n_seeds=3, epochs=5, preset="demo", interventions=False),
-                       preset="demo").values())
-    assert sc.TWO_SEEDS not in sc.render_markdown(three, paper_scale=False)
+    sanity = next(i for i, line in enumerate(md) if line.startswith("Sanity checks"))
+    assert md.index(sc.LEGEND) < table < sanity
+    assert "family-wise" in sc.LEGEND and "direction only" in sc.LEGEND and "magnitude" in sc.LEGEND
+    summary = md[-1]
+    assert summary.startswith(f"Summary: {REPRODUCED} 0, {UNDECIDED} 25,") and "family of 25 tested claims" in summary
+    assert "sanity checks 3 of 3 hold" in summary and FAILS not in summary.split(";")[0]
+    text = sc.render_text(rows)
+    assert text[-1].startswith(HOLDS) and text[0].startswith(UNDECIDED)

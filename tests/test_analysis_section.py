@@ -17,11 +17,11 @@ import pandas as pd
 import pytest
 
 from analysis import compute
-from analysis.bootstrap import column
-from analysis.claims import Claim, Expect
+from analysis.claims import Claim, Expect, per_unit
 from analysis.frames import baseline, final_rows
 from analysis.primitives import Summary
 from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
+from analysis.units import column
 from sweep import report
 from sweep.report.inputs import skipped_file
 from sweep.synthetic import make_synthetic_store
@@ -60,7 +60,7 @@ class Toy(Section[ToyResult]):
         if an.results["toy"] is None:
             return [Claim(*claim, reason=an.missing["toy"])]
         x = an.frames["toy_final"].groupby("seed")["pr_q"].mean().to_numpy()[:, None]  # [seeds, 1]
-        return [Claim(*claim, x, column(0), an.results["toy"].n_runs)]
+        return [Claim(*claim, per_unit(x, column(0)), an.results["toy"].n_runs)]
 
 
 def draw_toy(an: Analysis, out: Path) -> list[Path]:
@@ -84,7 +84,7 @@ def test_toy_section_reaches_every_output(toy, tmp_path):
     s = json.loads((tmp_path / "stats.json").read_text())
     assert s["toy"]["n_runs"] == 18 and s["toy"]["final_pr_q"]["n"] == 18 * 6
     assert s["toy"]["undefined"] is None  # NaN -> null, in the one shared conversion
-    assert list(s).index("toy") == list(s).index("bridge") + 1
+    assert list(s).index("toy") == list(s).index("bridge_post_collapse") + 1  # the bridge's last key
     md = (tmp_path / "report.md").read_text()
     heads = [ln for ln in md.splitlines() if ln.startswith("## ")]
     assert heads.index("## Toy statistic") == heads.index("## Mechanism bridge (Figure 3)") + 1
@@ -93,7 +93,7 @@ def test_toy_section_reaches_every_output(toy, tmp_path):
     assert pd.read_csv(tmp_path / "tables" / "toy_table.csv")["n_runs"].tolist() == [18]
     assert (tmp_path / "tables" / "toy_table.tex").exists() and (tmp_path / "figures" / "toy_figure.png").exists()
     row = next(r for r in s["scorecard"] if r["id"] == "toy.pr_q")
-    assert row["section"] == "toy" and row["verdict"] == "reproduced"
+    assert row["section"] == "toy" and row["verdict"] == "direction reproduced"
     assert "toy" in skipped_file("/s", "/s/layers/baseline.paper.qk_identical.L4.s0.none/e.parquet", "x")["sections"]
     assert "toy" not in skipped_file("/s", "/s/checkpoints/x/e.parquet", "x")["sections"]
 

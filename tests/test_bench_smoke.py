@@ -292,3 +292,14 @@ def test_gpu_packing_variants_and_projection_on_the_cpu(tmp_path: Path, capsys) 
     assert pack["graph_status"] == "off: graphs=False"
     assert result["variants"]["unpacked"]["speedup_vs_unpacked"] == 1.0
     assert "paper grid: 9,095,580 run-steps" in printed and "pack12" in printed
+
+
+def test_verdicts_tiny() -> None:
+    """Every section of the scorecard's error-rate benchmark runs, and its vectorised test agrees with
+    ``analysis.inference`` (the benchmark asserts it); the landed rule's 2-seed rate is far above 0.025."""
+    from bench import verdicts
+
+    out = verdicts.main(["--tiny"])
+    assert out["family_sizes"]["demo"] == 25 and out["stores"][0]["m"] == 25
+    assert out["old_rule"][0]["seeds"] == 2 and out["old_rule"][0]["reproduced"] > 0.1
+    assert all(0 <= r["fwer"] <= 1 for r in out["per_claim"]) and out["power"][0]["power"] > 0

@@ -62,6 +62,14 @@ def test_disjoint_support_alignment_is_exactly_zero() -> None:
         assert torch.all((wq * wk).sum(-1) == 0)
 
 
+@pytest.mark.parametrize("qk_init", [n for n, r in QK_INITS.items() if r.initial_alignment is not None])
+def test_a_declared_initial_alignment_is_the_measured_one(qk_init: str) -> None:
+    """``initial_alignment`` (the scorecard's sanity checks rest on it) is what the weights show."""
+    m = model(qk_init)
+    for layer in range(N_LAYER):
+        assert qk_alignment(*qk(m, layer)).item() == pytest.approx(QK_INITS[qk_init].initial_alignment, abs=1e-6)
+
+
 def test_disjoint_supports_partition_the_input_columns() -> None:
     m = model("disjoint_support_xavier")
     supports = []

@@ -62,7 +62,7 @@ def test_cli_end_to_end(full_run):
     assert printed[blank + 1].startswith("reproduction scorecard, preset paper")
     claims = [line for line in printed[blank + 2:] if not line.startswith("  note: ")]  # the preset's notes
     assert len(claims) == len(s["scorecard"])  # one line per claim
-    assert claims[0].split()[0] in ("reproduced", "direction", "not")
+    assert claims[0].split()[0] in ("direction", "undecided", "not")
     assert s["missing"] == {}  # the dose–response section is optional: no strength sweep, no entry
     assert s["provenance"]["sweeps"]["baseline"]["n_runs"] == 18
     assert s["provenance"]["sweeps"]["interventions"]["n_runs"] == 30

@@ -124,12 +124,11 @@ def print_scorecard(s: dict) -> None:
     rows = s.get("scorecard") or []
     for name in dict.fromkeys(r["preset"] for r in rows):
         mine = [r for r in rows if r["preset"] == name]
-        counts = ", ".join(f"{v} {sum(r['verdict'] == v for r in mine)}" for v in sc.VERDICTS)
-        print(f"\nreproduction scorecard, preset {name} ({counts}):")
+        print(f"\nreproduction scorecard, preset {name} ({sc.summary(mine)}):")
         one = (s.get("by_preset") or {}).get(name, s)
         for note in [*(one.get("preset_notes") or {}).get(name, []), *sc.text_notes(mine)]:
             print(f"  note: {note}")
-        for row, line in zip(mine, sc.render_text(mine), strict=True):
+        for row, line in zip(sc.ordered(mine), sc.render_text(mine), strict=True):
             print("  " + line + terminal_note(row))
     if s.get("skipped_files"):
         print(f"\n{len(s['skipped_files'])} unreadable store file(s) skipped: see report.md")

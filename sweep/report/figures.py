@@ -233,10 +233,9 @@ def fig_dose_response(an: Analysis, out: Path) -> list[Path]:
                 ax.axhline(0, color="grey", lw=0.8, ls="--")
                 if c.default is not None:
                     ax.axvline(c.default, color="grey", lw=0.8, ls=":", label=f"default {c.default:g}")
-                ci = f" [{pfmt(m.ci_low, '.2f')}, {pfmt(m.ci_high, '.2f')}]" if m.ci_low is not None else ""
-                verdict = f"\n{m.verdict}" if m.verdict else ""
-                ax.set_title(f"Δ{m.metric} (predicted {dose.ARROW[m.predicted]})\nρ = {pfmt(m.rho, '.2f')}{ci}{verdict}",
-                             fontsize=10)
+                ci = f" [{pfmt(m.ci_low, '.2g')}, {pfmt(m.ci_high, '.2g')}]" if m.ci_low is not None else ""
+                ax.set_title(f"Δ{m.metric} (predicted {dose.ARROW[m.predicted]})\nρ = {pfmt(m.rho, '.2f')}; "
+                             f"slope per seed {pfmt(m.slope, '.2g')}{ci}", fontsize=10)
                 ax.set_xlabel(f"{c.condition}.{c.field}")
                 ax.set_ylabel(f"Δ {m.metric} vs matched none")
             for ax in row[len(c.metrics):]:

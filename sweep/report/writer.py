@@ -19,7 +19,8 @@ from analysis.section import Figure, left_out
 from sweep.report import tables as tb
 from sweep.report.inputs import unknown_names
 from sweep.report.markdown import render_markdown, scorecard_md, skipped_md
-from sweep.report.sequential import annotate, section_md
+from sweep.report.sequential import _default_claims as seeds_auto_decisions
+from sweep.report.sequential import section_md
 from sweep.store import safe_name
 
 
@@ -54,6 +55,8 @@ def preset_notes(preset: str, provenance: dict) -> list[str]:
         if known.note and known.note not in notes:
             notes.append(known.note)
         ran = provenance.get("sweeps", {}).get(sweep)
+        if known.schedule_seeds:
+            notes.append(schedule_note(sweep, known.schedule_seeds, ran["seeds"] if ran else []))
         if ran and preset in ran["presets"] and ran["final_epoch"]["max"] is not None:
             if ran["final_epoch"]["max"] != known.train.epochs:
                 notes.append(
@@ -61,6 +64,17 @@ def preset_notes(preset: str, provenance: dict) -> list[str]:
                     f"defines {known.train.epochs} epochs (overridden with --epochs, or the sweep is unfinished)"
                 )
     return notes
+
+
+def schedule_note(sweep: str, chose: tuple[int, ...], reported: list[int]) -> str:
+    """Which seeds chose the preset's schedule, and whether the store reports any of them."""
+    text = (f"its {sweep} schedule was chosen on seeds {', '.join(map(str, chose))} (LOG.md); "
+            f"this store reports seeds {', '.join(map(str, reported)) or '—'}")
+    both = sorted(set(chose) & set(reported))
+    if both:
+        return text + (f": seed{'s' if len(both) > 1 else ''} {', '.join(map(str, both))} chose the schedule, "
+                       "so verdicts that use them are not confirmatory")
+    return text + ", none of which chose it (the verdicts are confirmatory)"
 
 
 def drawer(fig: Figure) -> Callable[[Analysis, Path], list[Path]]:
@@ -112,8 +126,8 @@ def _report_one(
                 an.missing[f"tables.{name}"] = an.missing.get(sec.name, f"no data for section {sec.name!r}")
     mine = [f for f in skipped if f["preset"] in (None, label)]
     touched = {sec for f in mine for sec in f["sections"]}
-    card = sc.SCORECARD.compute(an, label, paper_scale=label == "paper", touched=touched)
-    annotate(card.rows, sequential or [], label)  # --seeds auto: decided at n seeds (look k of K)
+    decided = seeds_auto_decisions(sequential or [], label)  # their verdicts come from --seeds auto
+    card = sc.SCORECARD.compute(an, label, paper_scale=label == "paper", touched=touched, sequential=decided)
     timing = {"stats_and_tables": time.perf_counter() - t0}
     figs: dict = {}
     if figures:

@@ -1,5 +1,4 @@
-"""analysis/bootstrap.py: the scorecard's reducers against numpy, and the seed bootstrap's interval
-against its closed form for two seeds."""
+"""analysis/units.py: the scorecard's per-unit reductions against numpy and scipy."""
 
 from __future__ import annotations
 
@@ -9,14 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from analysis.bootstrap import (
-    column,
-    fraction,
-    pearson_rows,
-    seed_bootstrap,
-    spearman_rows,
-    unit_bootstrap,
-)
+from analysis.units import cell_mean, column, fraction, pearson_rows, slope_rows, spearman_rows
 
 
 def test_pearson_rows_equal_corrcoef_over_the_finite_columns() -> None:
@@ -38,15 +30,6 @@ def test_fraction_counts_signs_of_the_finite_cells() -> None:
     assert math.isnan(pos[2]) and math.isnan(neg[2])
 
 
-def test_two_seed_interval_is_their_range_and_one_seed_has_none() -> None:
-    # resampling two units gives means a, (a+b)/2 or b, a and b each with probability 1/4 > 2.5 %:
-    # the 95 % percentile interval is exactly [min, max]
-    value, lo, hi = seed_bootstrap(np.array([[3.0], [1.0]]), column(0))
-    assert (value, lo, hi) == (2.0, 1.0, 3.0)
-    assert seed_bootstrap(np.array([[5.0]]), column(0)) == (5.0, None, None)
-    assert seed_bootstrap(np.empty((0, 1)), column(0)) == (None, None, None)
-
-
 def test_spearman_rows_equal_scipy_over_the_finite_columns_with_ties() -> None:
     rng = np.random.default_rng(1)
     a = np.tile([0.0, 0.0, 0.05, 0.05, 0.2, 0.2], (3, 1))  # strengths: ties, as in a dose–response
@@ -60,14 +43,20 @@ def test_spearman_rows_equal_scipy_over_the_finite_columns_with_ties() -> None:
     assert math.isnan(r[2])
 
 
-def test_unit_bootstrap_value_is_the_statistic_on_every_unit() -> None:
-    x = np.array([[1.0, 2.0], [2.0, 5.0], [0.0, 1.0]])
+def test_slope_rows_equal_polyfit_over_the_finite_pairs() -> None:
+    rng = np.random.default_rng(2)
+    x = np.tile([0.0, 0.0, 0.05, 0.05, 0.2, 0.2], (3, 1))
+    y = rng.normal(size=(3, 6))
+    y[1, 4] = np.nan
+    y[2, 2:] = np.nan  # x constant over the finite pairs: undefined
+    s = slope_rows(x, y)
+    assert s[0] == pytest.approx(np.polyfit(x[0], y[0], 1)[0], rel=1e-10)
+    keep = np.isfinite(y[1])
+    assert s[1] == pytest.approx(np.polyfit(x[1][keep], y[1][keep], 1)[0], rel=1e-10)
+    assert math.isnan(s[2])
 
-    def statistic(units: np.ndarray) -> np.ndarray:  # [B, n, 2] -> [B]: max over units of the sums
-        return units.sum(-1).max(-1)
 
-    value, lo, hi = unit_bootstrap(x, statistic)
-    assert value == 7.0 and lo <= hi <= 7.0 and lo >= 1.0
-    assert unit_bootstrap(x[:1], statistic) == (3.0, None, None)
-    # seed_bootstrap is unit_bootstrap with the mean over units first
-    assert seed_bootstrap(x, column(1)) == unit_bootstrap(x, lambda u: u.mean(axis=1)[:, 1])
+def test_cell_mean_and_column_reduce_each_unit_on_its_own() -> None:
+    x = np.array([[1.0, 3.0, np.nan], [np.nan, np.nan, np.nan], [2.0, 2.0, 5.0]])
+    assert cell_mean(x)[[0, 2]].tolist() == [2.0, 3.0] and math.isnan(cell_mean(x)[1])
+    assert column(2)(x)[2] == 5.0

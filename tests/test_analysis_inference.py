@@ -1,0 +1,81 @@
+"""analysis/inference.py: the scorecard's tests against closed forms and hand computation, Holm's
+procedure against a worked example, and the verdict rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from analysis.inference import (
+    REPRODUCED,
+    REVERSED,
+    UNDECIDED,
+    binomial_test,
+    direction,
+    fisher_z,
+    holm,
+    t_test,
+)
+
+
+def test_t_test_is_the_closed_form_in_float64() -> None:
+    y = np.array([0.31, -0.12, 0.54, 0.22, 0.08])
+    n, mean = y.size, y.sum() / y.size
+    sd = math.sqrt(((y - mean) ** 2).sum() / (n - 1))
+    t = (mean - 0.05) / (sd / math.sqrt(n))
+    p = 2.0 * special.stdtr(n - 1, -abs(t))  # Student's t cdf, not scipy.stats
+    half = special.stdtrit(n - 1, 0.975) * sd / math.sqrt(n)
+    r = t_test(y, 0.05)
+    assert (r.value, r.n, r.method) == (pytest.approx(mean, rel=1e-14), 5, "t")
+    assert r.p == pytest.approx(p, rel=1e-10)
+    assert (r.ci_low, r.ci_high) == (pytest.approx(mean - half, rel=1e-10), pytest.approx(mean + half, rel=1e-10))
+
+
+def test_t_test_edges() -> None:
+    assert t_test(np.array([np.nan, 1.0])).p is None  # one finite unit: an estimate, no test
+    assert t_test(np.array([])).value is None
+    r = t_test(np.array([2.0, 2.0, 2.0, 2.0]))  # no spread: the sign-flip test's exact p, not 0
+    assert (r.value, r.p) == (2.0, 2 * 2.0 ** -4)
+    assert t_test(np.zeros(3)).p == 1.0
+    assert t_test(np.array([1.0, 1.0 + 1e-15, 1.0])).p == 2 * 2.0 ** -3  # rounding is no spread
+
+
+def test_binomial_test_is_the_exact_sum() -> None:
+    r = binomial_test(np.array([1, 1, 1, 1, 0, 1, 1, 1.0]), 0.5)
+    # P(X >= 7) + P(X <= 1) for X ~ Bin(8, 1/2)
+    p = sum(math.comb(8, k) for k in (0, 1, 7, 8)) / 2**8
+    assert (r.value, r.n) == (7 / 8, 8) and r.p == pytest.approx(p, rel=1e-12)
+    assert r.ci_low < 7 / 8 < r.ci_high
+
+
+def test_holm_adjusts_step_down_and_ignores_missing() -> None:
+    # hand: sorted 0.01, 0.02, 0.03, 0.04 with m = 4 -> 0.04, 0.06, 0.06 (max with 0.06), 0.06
+    assert holm([0.03, None, 0.01, 0.04, 0.02]) == pytest.approx([0.06, None, 0.04, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == [1.0, 1.0]  # capped at 1, monotone
+    assert holm([]) == []
+
+
+def test_direction_names_the_side_only_when_decided() -> None:
+    pos, neg = t_test(np.array([1.0, 1.2, 0.9])), t_test(np.array([-1.0, -1.2, -0.9]))
+    assert direction(pos, 0.0, +1, 0.01) == REPRODUCED
+    assert direction(neg, 0.0, +1, 0.01) == REVERSED
+    assert direction(pos, 0.0, +1, 0.2) == UNDECIDED and direction(pos, 0.0, -1, None) == UNDECIDED
+
+
+def test_fisher_z_is_atanh_and_stays_finite_at_the_bounds() -> None:
+    assert fisher_z(np.array([0.5]))[0] == pytest.approx(math.atanh(0.5))
+    assert np.isfinite(fisher_z(np.array([1.0, -1.0]))).all()
+
+
+def test_no_effect_is_decided_at_most_alpha_of_the_time() -> None:
+    """The promise itself, on 4,000 simulated families of 10 claims, 5 seeds (normal): per claim
+    and family-wise (MC error of 0.05 at 4,000: 0.0034)."""
+    rng = np.random.default_rng(7)
+    y = rng.standard_normal((4000, 10, 5))
+    p = stats.ttest_1samp(y, 0.0, axis=-1).pvalue  # t_test's own p, vectorised (checked on a family)
+    assert [t_test(c).p for c in y[0]] == pytest.approx(list(p[0]), rel=1e-12)
+    decided = np.array([[v <= 0.05 for v in holm(list(fam))] for fam in p])
+    assert decided.mean() <= 0.05 and decided.any(axis=1).mean() <= 0.05 + 3 * 0.0034
