@@ -27,7 +27,8 @@ def headline(s: dict) -> list[str]:
         unc = [fin[i]["mean"] for i in vocab.uncoupled_inits() if i in fin and fin[i]["mean"] is not None]
         lines.append(
             f"final alignment: {'/'.join(cpl) or 'coupled'} {_f(c)} vs uncoupled "
-            f"{'/'.join(_f(u) for u in unc) or 'n/a'} (Welch p = {_p(a.get('welch_p'))}, g = {_f(a.get('hedges_g'), '.2f')})"
+            f"{'/'.join(_f(u) for u in unc) or 'n/a'} (Welch p = {_p(a.get('welch_p'))}, g = {_f(a.get('hedges_g'), '.2f')}; "
+            "runs as units, the paper's statistic: descriptive, the scorecard tests over seeds)"
         )
     sl = s.get("slopes")
     if sl:
