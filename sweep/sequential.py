@@ -23,7 +23,6 @@ import dataclasses
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -159,10 +158,6 @@ def round_preset(preset: Preset, cells: list[Cell]) -> RoundPreset:
     return RoundPreset(**fields, runs=tuple(c.run_id for c in cells))
 
 
-def decision_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame(rows)
-
-
 # --- the rounds ----------------------------------------------------------------------------------
 
 
@@ -201,7 +196,9 @@ def run_auto(preset: Preset, settings, auto: AutoSeeds) -> pd.DataFrame:
         path = f"{absolute_uri(settings.trial.storage).rstrip('/')}/{name}"
         if not tune.Tuner.can_restore(path):
             raise UsageError(f"--resume: no restorable experiment at {path}")
-    record = record or new_record(exp, name)
+    if record is None:  # the design, stored before round 1
+        record = new_record(exp, name)
+        put_record(store, name, record)
     try:  # one Ray for every round (run_sweep uses a running one and leaves it running)
         state, used = _rounds(exp, settings, store, record, say)
     finally:
@@ -221,7 +218,7 @@ def run_auto(preset: Preset, settings, auto: AutoSeeds) -> pd.DataFrame:
     if old is None or {k: v for k, v in old.items() if k != "written_at"} != json.loads(json.dumps(final)):
         put_record(store, name, final)
     sys.stdout.flush()
-    frame = decision_frame(rows)
+    frame = pd.DataFrame(rows)
     frame.attrs["errored"] = errored  # the command exits 1 (``exit_status``)
     return frame
 

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from scipy import stats
 
 from analysis import vocabulary as vocab
 from analysis.sequential import (
@@ -264,8 +265,6 @@ def evaluate(state: State, round_: int, walks: dict[Unit, Walk], outcomes: dict[
 
 
 def _p_value(t: float, n: int) -> float | None:
-    from scipy import stats
-
     if np.isnan(t):
         return None
     return float(2.0 * stats.t.sf(abs(t), n - 1))
