@@ -1,33 +1,39 @@
-"""``--seeds auto``'s statistics (SPEC §8): a group-sequential paired t-test per claim.
+"""``--seeds auto``'s statistics (SPEC §8): group-sequential paired t-tests with the family-wise
+error over all claims held at α by a Holm-type procedure.
 
-Pure numpy/scipy, no Ray. A claim is one (condition, metric, predicted direction) on the paired
-final-epoch differences to the matched ``none`` runs, ``x`` of shape [n_seeds] in seed order.
+Pure numpy/scipy, no Ray. A claim is one (condition, strength cell, init, depth, metric, predicted
+direction) on the paired final-epoch differences to the matched ``none`` runs, in seed order; the
+*family* is every claim one experiment decides, m of them.
 
-Design (Lan & DeMets 1983; Jennison & Turnbull 2000, sections 3.8 and 7.2): looks at ``n_1 < … < n_K``
-seeds (``look_schedule``); the two-sided error α is spent over the looks with the Lan–DeMets
-Pocock-type function ``α(τ) = α · ln(1 + (e − 1) τ)``, ``τ_k = n_k / n_K``. Look k rejects when
-the one-sample t statistic ``T_k = mean / (sd / sqrt(n_k))`` of the first n_k differences has
-``|T_k| ≥ c_k``, where the boundaries solve, for the null law of the sequence ``T_1..T_K``,
+One claim's test (Lan & DeMets 1983; Jennison & Turnbull 2000, sections 3.8 and 7.2): looks at
+``n_1 < … < n_K`` seeds (``look_schedule``); the two-sided error a is spent over the looks with the
+Lan–DeMets Pocock-type function ``a(τ) = a · ln(1 + (e − 1) τ)``, ``τ_k = n_k / n_K``. Look k
+crosses when the one-sample t statistic ``T_k = mean / (sd / sqrt(n_k))`` of the first n_k
+differences has ``|T_k| ≥ c_k(a)``, the boundaries solving, under the null law of ``T_1..T_K``,
 
-    P(|T_1| < c_1, …, |T_{k-1}| < c_{k-1}, |T_k| ≥ c_k) = α(τ_k) − α(τ_{k-1}).
+    P(|T_1| < c_1, …, |T_{k-1}| < c_{k-1}, |T_k| ≥ c_k) = a(τ_k) − a(τ_{k-1}).
 
-That law is pivotal (free of the spread σ for normal differences) but has no closed form, and
-scipy has none: the "significance level approach" (normal-theory boundaries from
-``scipy.stats.multivariate_normal``, applied as nominal t levels, J&T section 3.8) gave an error of
-0.0566 at looks 3, 5, 7, 10 (LOG.md), so the boundaries are set on ``CALIBRATION_PATHS``
-simulated null paths with a fixed generator (the same design every run; Monte-Carlo error of α
-≈ 0.0003). Each look's nominal p-level is ``2 · t.sf(c_k, n_k − 1)`` (``scipy.stats.t``). The
-first look that rejects decides the claim: as predicted when the mean difference has the
-predicted sign, else against it; a claim no look rejects is undecided at ``n_K``.
-``tests/test_analysis_sequential.py`` checks the error, the naive rule's and the savings by
-simulation.
+That law is pivotal (free of σ for normal differences) but has no closed form: ``c_1`` is the t
+quantile, the others are set on ``CALIBRATION_PATHS`` simulated null paths with a fixed generator
+(the same design every run), one simulation for every level ``α/j``, j = 1..m (``_bounds``).
+Normal-theory boundaries used as nominal t levels gave 0.0566 > α (LOG.md).
 
-Why Pocock-type: it spends a large share of α early (≈ 0.42 α at n = 3 of 10), so a strong effect
-can stop at the first look; O'Brien–Fleming-type spending leaves ≈ 0.0003 for n = 3, a t of ≈ 54
-with 2 degrees of freedom, which no seed-to-seed spread allows.
+The family (Maurer & Bretz 2013, *Stat. Biopharm. Res.* 5:311, "Multiple testing in group
+sequential trials using graphical approaches": closed testing with weighted-Bonferroni
+group-sequential tests, Holm's graph): with r claims rejected so far (over all looks), an open
+claim is rejected at look k when its t path has crossed, at this or any earlier look, the
+boundaries at level ``α/(m − r)``; rejections are repeated within a look until none is new
+(``holm_update``). Before the first true null claim is rejected at most ``m − m_0`` are, so that
+rejection needs one of the m_0 null paths to cross the level-``α/m_0`` boundaries, each with
+probability ``α/m_0``: the family-wise error is at most α for any dependence between claims, when
+each null path has the law the boundaries assume (differences independent across seeds and
+symmetric about 0; skewed ones break it: docs/seeds.md). A rejected claim is decided *as
+predicted* when T has the predicted sign at its first crossing at the rejecting level, else
+*against the prediction*; a claim never rejected is undecided.
+``tests/test_analysis_sequential.py`` and ``bench/sequential_error.py`` check it by simulation.
 
-Multiplicity: each claim is its own test at α. A condition with three predicted metrics has
-three tests; no correction across claims or conditions (as for the fixed-seed scorecard).
+Why Pocock-type: it spends ≈ 0.42 a at n = 3 of 10, so a strong effect can stop at the first look;
+O'Brien–Fleming-type spending leaves ≈ 0.0003 α there, a t of ≈ 54 with 2 degrees of freedom.
 """
 
 from __future__ import annotations
@@ -39,13 +45,20 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-#: The first look: the preset's first 3 seeds (t with 2 degrees of freedom).
+#: The first look: the first 3 seeds (t with 2 degrees of freedom).
 FIRST_LOOK = 3
 #: Seeds added per round until the maximum is near (``look_schedule``).
 STEP = 2
+#: The most seeds a design may have: 24 looks; the calibration holds 400,000 paths of 50 seeds in
+#: ≈ 1 s and ≈ 10 MB per look, and a sweep runs a round per look.
+MAX_SEEDS = 50
+#: Paths of the null simulation that sets the boundaries (fixed generator: the same design every run).
+CALIBRATION_PATHS = 400_000
+CALIBRATION_SEED = 20260
 
 AS_PREDICTED = "as predicted"
 AGAINST = "against the prediction"
+PROCEDURE = "holm-group-sequential"
 
 
 def look_schedule(max_seeds: int, first: int = FIRST_LOOK, step: int = STEP) -> tuple[int, ...]:
@@ -66,146 +79,214 @@ def pocock_spending(tau: np.ndarray | float, alpha: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Design:
-    """A group-sequential design: looks (cumulative seeds), α, and each look's nominal level."""
+    """A group-sequential design for a family of ``family_size`` claims: each look's |t| boundary
+    at every level α/j, j = 1..m (``bounds[j - 1][k]``; non-decreasing in j)."""
 
     looks: tuple[int, ...]
     alpha: float
-    spent: tuple[float, ...]  # cumulative α spent by each look
-    bounds: tuple[float, ...]  # |t| each look needs (its t statistic with n_k - 1 df)
-    nominal: tuple[float, ...]  # two-sided nominal p-value level of each look's t-test
+    family_size: int
+    bounds: tuple[tuple[float, ...], ...]
 
     @property
     def max_seeds(self) -> int:
         return self.looks[-1]
 
+    @property
+    def n_looks(self) -> int:
+        return len(self.looks)
+
+    @functools.cached_property
+    def table(self) -> np.ndarray:
+        """``bounds`` as an array [m, K]."""
+        return np.asarray(self.bounds, float)
+
+    def spent(self, j: int) -> tuple[float, ...]:
+        """Cumulative error spent by each look at level α/j."""
+        n = np.asarray(self.looks, float)
+        return tuple(float(v) for v in pocock_spending(n / n[-1], self.alpha / j))
+
+    def nominal(self, j: int) -> tuple[float, ...]:
+        """Each look's two-sided nominal p-value level at level α/j."""
+        return tuple(float(2.0 * stats.t.sf(c, n - 1)) for c, n in zip(self.bounds[j - 1], self.looks, strict=True))
+
     def describe(self) -> list[str]:
-        """One line per look: seeds, cumulative α spent, nominal level, |t| needed."""
-        return [f"look {k + 1} of {len(self.looks)}: n = {n:>2} seeds, α spent {s:.4f}, nominal p ≤ {p:.4f} "
-                f"(|t| ≥ {t:.2f}, {n - 1} df)"
-                for k, (n, s, p, t) in enumerate(zip(self.looks, self.spent, self.nominal, self.bounds,
-                                                      strict=True))]
+        """One line per look: |t| needed and nominal level at the start (α/m) and for a last claim (α)."""
+        m = self.family_size
+        first, last = self.nominal(m), self.nominal(1)
+        start = f"α/{m} = {self.alpha / m:.4g}" if m > 1 else f"α = {self.alpha:g}"
+        out = []
+        for k, n in enumerate(self.looks):
+            line = (f"look {k + 1} of {self.n_looks}: n = {n:>2} seeds, |t| ≥ {self.bounds[m - 1][k]:.2f} "
+                    f"(p ≤ {first[k]:.2g}) at {start}")
+            if m > 1:
+                line += f" … |t| ≥ {self.bounds[0][k]:.2f} (p ≤ {last[k]:.2g}) at α = {self.alpha:g}"
+            out.append(line + f", {n - 1} df")
+        return out
 
 
-#: Paths of the null simulation that sets the boundaries (fixed generator: the same design every run).
-CALIBRATION_PATHS = 400_000
-CALIBRATION_SEED = 20260
+def _t_stat(total: np.ndarray, squares: np.ndarray, n: int) -> np.ndarray:
+    """One-sample t statistics from running sums (±inf for constant non-zero, NaN for all-zero)."""
+    mean = total / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var = np.maximum(squares - n * mean * mean, 0.0) / (n - 1)
+        return mean / np.sqrt(var / n)
+
+
+@functools.lru_cache(maxsize=1)
+def _null_paths(looks: tuple[int, ...]) -> np.ndarray:
+    """|T_k| [K, paths] of ``CALIBRATION_PATHS`` null normal paths (float32), generated look by look:
+    memory O(paths × looks), not O(paths × seeds)."""
+    rng = np.random.default_rng(CALIBRATION_SEED)
+    total = np.zeros(CALIBRATION_PATHS)
+    squares = np.zeros(CALIBRATION_PATHS)
+    out = np.empty((len(looks), CALIBRATION_PATHS), np.float32)
+    prev = 0
+    for k, n in enumerate(looks):
+        block = rng.standard_normal((CALIBRATION_PATHS, n - prev))
+        total += block.sum(axis=1)
+        squares += np.square(block).sum(axis=1)
+        out[k] = np.abs(_t_stat(total, squares, n))
+        prev = n
+    return out
+
+
+def _top(values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``count`` largest of ``values`` in descending order, and their indices."""
+    idx = np.argpartition(-values, count - 1)[:count] if count < len(values) else np.arange(len(values))
+    idx = idx[np.argsort(-values[idx], kind="stable")]
+    return values[idx], idx
 
 
 @functools.lru_cache(maxsize=32)
-def _t_bounds(looks: tuple[int, ...], spent: tuple[float, ...]) -> tuple[float, ...]:
-    """|t| boundaries c_k with P(no earlier crossing, |T_k| ≥ c_k) = spent_k − spent_{k−1} under the
-    exact null law of the sequence of one-sample t statistics (normal differences: the law is free
-    of the mean-zero spread σ), estimated on ``CALIBRATION_PATHS`` simulated paths."""
-    rng = np.random.default_rng(CALIBRATION_SEED)
-    x = rng.standard_normal((CALIBRATION_PATHS, looks[-1]), dtype=np.float64)
-    alive = np.ones(CALIBRATION_PATHS, bool)
-    bounds, before = [], 0.0
-    for n, total in zip(looks, spent, strict=True):
-        t = np.abs(_t_stat(x[:, :n]))
-        share = (total - before) * CALIBRATION_PATHS / alive.sum()  # of the paths still running
-        c = float(np.quantile(t[alive], 1.0 - share)) if share < 1.0 else 0.0
-        bounds.append(c)
-        alive &= t < c
-        before = total
-    return tuple(bounds)
+def _bounds(looks: tuple[int, ...], alpha: float, m: int) -> tuple[tuple[float, ...], ...]:
+    """|t| boundaries at every level α/j, j = 1..m, on one simulation (module docstring). No level
+    crosses more than ≈ α of the paths by any look, so only the top ``α · paths`` (+ a margin) of each
+    look are sorted."""
+    t = _null_paths(looks)
+    n_paths = t.shape[1]
+    keep = min(n_paths, int(alpha * n_paths) + 2000)
+    tops = [_top(row, keep) for row in t]
+    n = np.asarray(looks, float)
+    rows: list[tuple[float, ...]] = []
+    for j in range(1, m + 1):
+        spent = pocock_spending(n / n[-1], alpha / j)
+        dead = np.zeros(n_paths, bool)  # paths that crossed an earlier look
+        row, before = [], 0.0
+        for k, (values, order) in enumerate(tops):
+            if k == 0:
+                c = float(stats.t.isf(spent[0] / 2.0, looks[0] - 1))
+            else:
+                target = max(1, round((spent[k] - before) * n_paths))
+                live = np.flatnonzero(~dead[order])[:target]  # the top `target` paths still running
+                if len(live) < target:
+                    raise RuntimeError(f"calibration: look {k + 1} needs more than the top {keep} paths")
+                c = float(values[live[-1]])
+            if rows:  # a smaller level never needs a smaller |t| (simulation noise aside)
+                c = max(c, rows[-1][k])
+            row.append(c)
+            crossed = int(np.searchsorted(-values, -np.float32(c), side="right"))
+            if crossed >= keep < n_paths:
+                raise RuntimeError(f"calibration: look {k + 1} crosses more than the top {keep} paths")
+            dead[order[:crossed]] = True
+            before = float(spent[k])
+        rows.append(tuple(row))
+    return tuple(rows)
 
 
-def make_design(max_seeds: int, alpha: float = 0.05, first: int = FIRST_LOOK) -> Design:
-    """The Pocock-type Lan–DeMets design over ``look_schedule(max_seeds, first)`` (module docstring)."""
+def make_design(max_seeds: int, alpha: float = 0.05, family_size: int = 1) -> Design:
+    """The Pocock-type Lan–DeMets design over ``look_schedule(max_seeds)`` for ``family_size`` claims."""
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
-    looks = look_schedule(max_seeds, first)
-    n = np.asarray(looks, float)
-    spent = tuple(float(v) for v in pocock_spending(n / n[-1], alpha))
-    bounds = _t_bounds(looks, spent)
-    nominal = tuple(float(2.0 * stats.t.sf(c, k - 1)) for c, k in zip(bounds, looks, strict=True))
-    return Design(looks, alpha, spent, bounds, nominal)
-
-
-def _t_stat(head: np.ndarray) -> np.ndarray:
-    """One-sample t statistics of ``head`` [..., n] along the last axis (±inf for constant non-zero
-    rows, NaN for all-zero ones)."""
-    n = head.shape[-1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return head.mean(axis=-1) / (head.std(axis=-1, ddof=1) / math.sqrt(n))
-
-
-def t_pvalues(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two-sided one-sample t p-values and mean signs of the first ``n`` values of ``x`` [..., N].
-
-    Constant non-zero differences reject (p = 0); all-zero or non-finite ones never do (p = 1).
-    """
-    head = np.asarray(x, float)[..., :n]
-    t = _t_stat(head)
-    mean = head.mean(axis=-1)
-    p = 2.0 * stats.t.sf(np.abs(t), n - 1)
-    p = np.where(np.isnan(t), 1.0, p)
-    p = np.where(np.isfinite(head).all(axis=-1), p, 1.0)
-    return p, np.sign(mean)
-
-
-def run_design(x: np.ndarray, design: Design) -> tuple[np.ndarray, np.ndarray]:
-    """Apply the design to many sequential experiments at once.
-
-    x: [..., N] differences in seed order (N >= the looks reached; missing seeds as NaN are
-    never looked at beyond the available prefix). Returns (look index [...]: the 0-based look
-    that decided, -1 = undecided; sign [...]: the mean's sign at that look, 0 when undecided).
-    """
-    x = np.asarray(x, float)
-    look = np.full(x.shape[:-1], -1)
-    sign = np.zeros(x.shape[:-1])
-    for k, n in enumerate(design.looks):
-        if n > x.shape[-1]:
-            break
-        p, s = t_pvalues(x, n)
-        new = (look < 0) & (p <= design.nominal[k])
-        look = np.where(new, k, look)
-        sign = np.where(new, s, sign)
-    return look, sign
+    if not FIRST_LOOK <= max_seeds <= MAX_SEEDS:
+        raise ValueError(f"max_seeds must be in [{FIRST_LOOK}, {MAX_SEEDS}], got {max_seeds}")
+    if family_size < 1:
+        raise ValueError(f"family_size must be >= 1, got {family_size}")
+    looks = look_schedule(max_seeds)
+    return Design(looks, float(alpha), int(family_size), _bounds(looks, float(alpha), int(family_size)))
 
 
 def naive_design(looks: tuple[int, ...], level: float = 0.05) -> Design:
-    """"Stop when the 95 % interval excludes 0": every look at the fixed level (no spending);
-    for the simulation that shows the real design has teeth."""
-    bounds = tuple(float(stats.t.isf(level / 2, n - 1)) for n in looks)
-    return Design(tuple(looks), level, tuple(level for _ in looks), bounds, tuple(level for _ in looks))
+    """"Stop when the 95 % interval excludes 0": every look at the fixed level (no spending), one
+    claim; for the simulation that shows the real design has teeth."""
+    return Design(tuple(looks), level, 1, (tuple(float(stats.t.isf(level / 2, n - 1)) for n in looks),))
+
+
+def t_stats(x: np.ndarray, looks: tuple[int, ...]) -> np.ndarray:
+    """t statistics [..., K] of the first n_k values of ``x`` [..., N] at each look; NaN where
+    n_k > N or a value is not finite (±inf for constant non-zero values, NaN for all-zero)."""
+    x = np.asarray(x, float)
+    out = np.full((*x.shape[:-1], len(looks)), np.nan)
+    for k, n in enumerate(looks):
+        if n > x.shape[-1]:
+            break
+        head = x[..., :n]
+        t = _t_stat(head.sum(axis=-1), np.square(head).sum(axis=-1), n)
+        out[..., k] = np.where(np.isfinite(head).all(axis=-1), t, np.nan)
+    return out
+
+
+def crossing_level(t: np.ndarray, design: Design) -> np.ndarray:
+    """The largest j [...] at which some look of ``t`` [..., K'] (NaN: not reached) crosses the
+    level-α/j boundaries (0: none)."""
+    table = design.table
+    best = np.zeros(t.shape[:-1], int)
+    for k in range(t.shape[-1]):
+        a = np.abs(t[..., k])
+        j = np.searchsorted(table[:, k], np.where(np.isnan(a), -np.inf, a), side="right")
+        best = np.maximum(best, j)
+    return best
+
+
+def holm_update(t: np.ndarray, design: Design, level: np.ndarray) -> np.ndarray:
+    """One look of the Holm-type procedure: ``t`` [..., m, K'] the claims' t paths so far (NaN: look
+    not reached), ``level`` [..., m] 0 for an open claim, j for one rejected at level α/j. An open
+    claim whose path crossed at α/(m − r) is rejected; repeated until no rejection is new."""
+    m = design.family_size
+    if t.shape[-2] != m:
+        raise ValueError(f"{t.shape[-2]} claims for a design of family size {m}")
+    reach = crossing_level(t, design)
+    level = np.array(level, int, copy=True)
+    while True:
+        j = m - (level > 0).sum(axis=-1, keepdims=True)
+        new = (level == 0) & (reach >= j) & (j >= 1)
+        if not new.any():
+            return level
+        level = np.where(new, j, level)
+
+
+def first_crossing(t: np.ndarray, design: Design, level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of each rejected claim (``level`` > 0): the 0-based first look whose |t| crosses its rejecting
+    level and the sign of T there; (-1, 0) for open claims."""
+    j = np.maximum(level, 1) - 1
+    crossed = np.abs(np.nan_to_num(t, nan=0.0)) >= design.table[j][..., : t.shape[-1]]
+    crossed &= (level > 0)[..., None]
+    look = np.where(crossed.any(axis=-1), crossed.argmax(axis=-1), -1)
+    sign = np.sign(np.take_along_axis(np.nan_to_num(t, nan=0.0), np.maximum(look, 0)[..., None], -1)[..., 0])
+    return look, np.where(look >= 0, sign, 0.0)
 
 
 @dataclass(frozen=True)
-class Decision:
-    """One claim's state after the looks its seeds reach."""
+class FamilyOutcome:
+    """``run_family``'s result, each [..., m]."""
 
-    outcome: str | None  # AS_PREDICTED, AGAINST, or None (undecided so far)
-    look: int | None  # 1-based look that decided
-    n: int  # seeds at that look, or the seeds looked at so far
-    n_looks: int  # K
-    p: float | None  # the deciding (or last) look's t-test p-value
-
-    @property
-    def decided(self) -> bool:
-        return self.outcome is not None
-
-    def text(self, max_seeds: int | None = None) -> str:
-        """``decided at n seeds (look k of K)`` / ``undecided at N`` (N: the seeds looked at)."""
-        if self.decided:
-            return f"{self.outcome}, decided at {self.n} seeds (look {self.look} of {self.n_looks})"
-        return f"undecided at {self.n if max_seeds is None else max_seeds}"
+    round: np.ndarray  # 0-based look at which the claim was rejected (-1: never)
+    level: np.ndarray  # j of the rejecting level α/j (0: never)
+    look: np.ndarray  # 0-based look whose statistic crossed (-1: never)
+    sign: np.ndarray  # sign of T at that look (0: never)
 
 
-def decide(x: np.ndarray, design: Design, predicted: int) -> Decision:
-    """The claim's decision from its differences ``x`` [n] (seed order; only full looks count)."""
-    x = np.asarray(x, float)
-    reached = [k for k, n in enumerate(design.looks) if n <= len(x)]
-    p_last = None
-    for k in reached:
-        n = design.looks[k]
-        p, s = t_pvalues(x, n)
-        p_last = float(p)
-        if p <= design.nominal[k]:
-            outcome = AS_PREDICTED if int(s) == int(np.sign(predicted)) else AGAINST
-            return Decision(outcome, k + 1, n, len(design.looks), p_last)
-    n_seen = design.looks[reached[-1]] if reached else 0
-    return Decision(None, None, n_seen, len(design.looks), p_last)
+def run_family(x: np.ndarray, design: Design) -> FamilyOutcome:
+    """The procedure on many experiments at once: ``x`` [..., m, N] each claim's differences in seed
+    order, every look reached (N >= n_K); a rejected claim's later values are never used."""
+    t = t_stats(x, design.looks)
+    level = np.zeros(t.shape[:-1], int)
+    round_ = np.full(t.shape[:-1], -1)
+    for k in range(design.n_looks):
+        new = holm_update(t[..., : k + 1], design, level)
+        round_ = np.where((level == 0) & (new > 0), k, round_)
+        level = new
+    look, sign = first_crossing(t, design, level)
+    return FamilyOutcome(round_, level, look, sign)
 
 
 def fixed_power(effect: float, n: int, alpha: float) -> float:
@@ -213,10 +294,14 @@ def fixed_power(effect: float, n: int, alpha: float) -> float:
     ``effect`` (noncentral t, ``scipy.stats.nct``)."""
     crit = stats.t.isf(alpha / 2, n - 1)
     nc = effect * math.sqrt(n)
-    return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+    # P(T <= -c) as the upper tail at -nc: scipy's nct.cdf returns NaN far in that tail
+    power = float(stats.nct.sf(crit, n - 1, nc) + stats.nct.sf(crit, n - 1, -nc))
+    if not math.isfinite(power):
+        raise ValueError(f"noncentral t power not finite at effect {effect}, n {n}, alpha {alpha}")
+    return power
 
 
-def fixed_n_for_power(effect: float, power: float, alpha: float, limit: int = 200) -> int:
+def fixed_n_for_power(effect: float, power: float, alpha: float, limit: int = 1000) -> int:
     """The smallest fixed n >= 2 whose two-sided t-test reaches ``power`` at ``effect``."""
     for n in range(2, limit + 1):
         if fixed_power(effect, n, alpha) >= power:

@@ -23,7 +23,8 @@ from typing import Any
 
 from bench.common import machine, write_json
 
-BENCHMARKS = ("train_step", "probe_cost", "reducer_scaling", "verdicts", "sweep_overhead", "packing")
+BENCHMARKS = ("train_step", "probe_cost", "reducer_scaling", "verdicts", "sweep_overhead", "packing",
+              "sequential_error")
 
 
 def main(argv: list[str] | None = None) -> int:

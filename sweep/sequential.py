@@ -1,39 +1,56 @@
 """``--seeds auto``: an intervention sweep in rounds until each claim is decided (SPEC §8).
 
-The statistics are ``analysis.sequential``'s (pure); this module runs the rounds. Round k trains
-the seeds between look k−1 and look k of every condition that still has an undecided claim,
-with their matched ``none`` seeds (the pairing is kept), through the ordinary ``run_sweep``
-into the same store and the same Tune experiment folder: each round starts its own experiment
-state there (``SweepSettings.extend``), and a round killed midway is restored like any sweep.
-The decisions are recomputed from the store after every round, so a rerun (or a resume after a
-kill) walks the same looks, picks the same seeds and skips the rounds the store already holds.
+The statistics are ``analysis.sequential``'s, the rounds' plan and looks ``sweep.sequential_state``'s,
+the record ``sweep.sequential_record``'s and the printed lines ``sweep.sequential_text``'s (all
+without Ray); this module checks the flags and the stored design and runs the rounds. Each round
+trains, through the ordinary ``run_sweep``, the runs its plan lacks into the same store and the
+same Tune experiment folder: each round starts its own experiment state there
+(``SweepSettings.extend``), and a round killed midway is restored like any sweep.
 
-Seeds: the preset's own, then ``EXTRA_SEED_BASE``, ``EXTRA_SEED_BASE + 1``, … (skipping any the
-preset lists), so a rerun picks the same seeds. The decision record of the experiment is written
-to ``<store>/sequential/<experiment>.json`` for the report.
+The experiment's record, ``<store>/sequential/<experiment>.json``, is written before round 1
+with the design (max seeds, α, looks, the family of claims, the procedure, the seed sequence,
+the schedule); a rerun whose design differs is refused (exit 2) before anything starts. It is
+rewritten after each round that trained (each round's runs, the runs lost and why, the claims so
+far) and at the end (``written_at``: the report uses the newest record per claim). The decisions
+are recomputed from the store and that record, so a rerun walks the same rounds, trains nothing
+the store holds and reaches the same decisions.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from analysis import vocabulary as vocab
 from analysis.interventions import INTERVENTION_LAYER_METRICS
-from analysis.sequential import FIRST_LOOK, Decision, Design, decide, make_design
+from analysis.sequential import FIRST_LOOK, MAX_SEEDS, make_design
+from analysis.sequential_power import fixed_same_power
 from interventions import CONTROL
 from sweep.cli import UsageError
 from sweep.presets import Cell, Preset
-
-#: The first seed of the fixed sequence that extends a preset's seeds (documented in docs/seeds.md).
-EXTRA_SEED_BASE = 1000
-#: Where the decision record of an experiment goes in the store (``sequential/<experiment>.json``).
-RECORD_DIR = "sequential"
+from sweep.sequential_record import (
+    check_design,
+    claim_rows,
+    new_record,
+    put_record,
+    read_record,
+    record_uri,
+)
+from sweep.sequential_state import (
+    Experiment,
+    State,
+    evaluate,
+    family,
+    lost_limit,
+    plan,
+    seed_sequence,
+)
+from sweep.sequential_text import describe_round, fixed_runs, look_line, plan_lines, summary
 
 
 @dataclass(frozen=True)
@@ -44,9 +61,10 @@ class AutoSeeds:
     alpha: float = 0.05
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_seeds, bool) or not isinstance(self.max_seeds, int) or self.max_seeds < FIRST_LOOK:
-            raise UsageError(f"--max-seeds must be a whole number >= {FIRST_LOOK} (the first round's seeds), "
-                             f"got {self.max_seeds!r}")
+        if isinstance(self.max_seeds, bool) or not isinstance(self.max_seeds, int) \
+                or not FIRST_LOOK <= self.max_seeds <= MAX_SEEDS:
+            raise UsageError(f"--max-seeds must be a whole number from {FIRST_LOOK} (the first round's seeds) to "
+                             f"{MAX_SEEDS}, got {self.max_seeds!r}")
         if not (isinstance(self.alpha, int | float) and 0.0 < self.alpha < 0.5):
             raise UsageError(f"--alpha must be in (0, 0.5), got {self.alpha!r}")
 
@@ -54,10 +72,10 @@ class AutoSeeds:
 def add_auto_flags(p: argparse.ArgumentParser) -> None:
     """``--max-seeds`` and ``--alpha``, read with ``--seeds auto``."""
     g = p.add_argument_group("--seeds auto (docs/seeds.md)")
-    g.add_argument("--max-seeds", type=int, default=10, help=f"most seeds per condition (>= {FIRST_LOOK}, the "
-                   "first round)")
-    g.add_argument("--alpha", type=float, default=0.05, help="error of each claim's sequential test over all "
-                   "its looks, in (0, 0.5)")
+    g.add_argument("--max-seeds", type=int, default=10, help=f"most seeds per claim, {FIRST_LOOK} (the first "
+                   f"round) to {MAX_SEEDS}")
+    g.add_argument("--alpha", type=float, default=0.05, help="family-wise error over all the experiment's claims "
+                   "and looks, in (0, 0.5)")
 
 
 def auto_from_args(args: argparse.Namespace) -> AutoSeeds | None:
@@ -71,154 +89,137 @@ def auto_from_args(args: argparse.Namespace) -> AutoSeeds | None:
     return AutoSeeds(args.max_seeds, args.alpha)
 
 
-def seed_sequence(preset_seeds: tuple[int, ...], n: int) -> tuple[int, ...]:
-    """The first ``n`` seeds: the preset's, then 1000, 1001, … (none repeated)."""
-    out = list(preset_seeds[:n])
-    extra = EXTRA_SEED_BASE
-    while len(out) < n:
-        if extra not in preset_seeds:
-            out.append(extra)
-        extra += 1
-    return tuple(out)
+def make_experiment(preset: Preset, auto: AutoSeeds) -> Experiment:
+    """The design, the seed sequence (skipping ``preset.schedule_seeds``) and the family of claims."""
+    claims = family(preset)
+    design = make_design(auto.max_seeds, auto.alpha, max(1, len(claims)))
+    seeds = seed_sequence(preset.seeds, auto.max_seeds + lost_limit(auto.max_seeds), preset.schedule_seeds)
+    return Experiment(preset, design, seeds, claims)
 
 
-def _unit(cell: Cell) -> tuple:
-    """What one claim set is about: (condition, strengths cell, init, depth)."""
-    return (cell.condition, cell.strengths, cell.init, cell.depth)
+# --- the store -------------------------------------------------------------------------------------
 
 
-def unit_label(unit: tuple) -> str:
-    cond, strengths, init, depth = unit
-    tag = "".join(f" {k}={v:g}" for k, v in strengths)
-    return f"{cond}{tag} ({init}, {depth} layers)"
-
-
-def _sub_preset(preset: Preset, conditions: list[str], seeds: tuple[int, ...]) -> Preset:
-    keep = tuple(c for c in preset.conditions if c in conditions)
-    return replace(preset, conditions=keep, seeds=seeds,
-                   strengths=tuple(s for s in preset.strengths if s[0] in keep))
-
-
-def final_outcomes(store, preset: Preset, cells: list[Cell]) -> dict[str, dict[str, float]]:
-    """Per complete run (its final epoch, ``preset.train.epochs``, in the store): the final
-    layer-means of the Table 5 layer metrics, by run id."""
+def final_outcomes(store, preset: Preset) -> dict[str, dict[str, float]]:
+    """Per complete run of the preset (its final epoch, ``preset.train.epochs``, in the store, every
+    Table 5 layer metric finite): the final layer-means, by run id."""
     from sweep.store import StoreError
 
-    ids = {c.run_id for c in cells}
     try:
         layers = store.read("layers", sweep=preset.sweep)
     except StoreError:
         return {}
     if layers.empty:
         return {}
-    rows = layers[layers["run_id"].isin(ids) & (layers["epoch"] == preset.train.epochs)]
+    rows = layers[(layers["preset"] == preset.name) & (layers["epoch"] == preset.train.epochs)]
     means = rows.groupby("run_id")[list(INTERVENTION_LAYER_METRICS)].mean()
-    return {rid: {m: float(v) for m, v in r.items()} for rid, r in means.iterrows()}
+    return {rid: {m: float(v) for m, v in r.items()} for rid, r in means.iterrows()
+            if np.isfinite(r.to_numpy(float)).all()}
 
 
-def _is_control(strengths: tuple[tuple[str, float], ...]) -> bool:
-    """A strength cell whose every strength is 0 trains the ``none`` run itself (SPEC §5): nothing to decide."""
-    return bool(strengths) and all(v == 0 for _, v in strengths)
+def why_lost(store, preset: Preset, run_ids: list[str]) -> dict[str, str]:
+    """Why each run of a finished round lacks a complete final epoch: diverged, non-finite, or error."""
+    from sweep.store import StoreError
 
-
-def claim_decisions(preset: Preset, seeds: tuple[int, ...], design: Design,
-                    outcomes: dict[str, dict[str, float]]) -> dict[tuple, dict[str, Decision]]:
-    """Each unit's claims decided on the paired Δ of its first seeds (a prefix of ``seeds`` with
-    both the run and its matched ``none`` run complete)."""
-    out: dict[tuple, dict[str, Decision]] = {}
-    full = replace(preset, seeds=seeds)
-    control = {(c.init, c.depth, c.seed): c.run_id for c in full.cells() if c.condition == CONTROL}
-    by_unit: dict[tuple, list[Cell]] = {}
-    for c in full.cells():
-        if c.condition != CONTROL and vocab.predicted(c.condition) and not _is_control(c.strengths):
-            by_unit.setdefault(_unit(c), []).append(c)
-    for unit, cells in by_unit.items():
-        diffs: dict[str, list[float]] = {m: [] for m in vocab.predicted(unit[0])}
-        for c in cells:  # seed order; stop at the first seed without a complete pair
-            mine, base = outcomes.get(c.run_id), outcomes.get(control.get((c.init, c.depth, c.seed), ""))
-            if mine is None or base is None:
-                break
-            for m in diffs:
-                diffs[m].append(mine[m] - base[m])
-        out[unit] = {m: decide(np.asarray(d), design, vocab.predicted(unit[0])[m]) for m, d in diffs.items()}
+    try:
+        epochs = store.read("epochs", sweep=preset.sweep, columns=["run_id", "epoch", "status"])
+    except StoreError:
+        epochs = pd.DataFrame(columns=["run_id", "epoch", "status"])
+    out = {}
+    for rid in run_ids:
+        mine = epochs[epochs["run_id"] == rid]
+        if (mine["status"] == "diverged").any():
+            out[rid] = "diverged"
+        elif (mine["epoch"] == preset.train.epochs).any():
+            out[rid] = "non-finite final metric"
+        else:
+            out[rid] = "error"
     return out
 
 
-def _look_line(unit: tuple, claims: dict[str, Decision], n: int, next_look: int | None) -> str:
-    decided = [f"{m} {d.outcome}" for m, d in claims.items() if d.decided]
-    open_ = [m for m, d in claims.items() if not d.decided]
-    nxt = "done" if not open_ else (f"next look at {next_look} seeds" if next_look else "undecided at the maximum")
-    return (f"{unit_label(unit)}: {len(decided)} decided" + (f" ({', '.join(decided)})" if decided else "")
-            + f", {len(open_)} undecided" + (f" ({', '.join(open_)})" if open_ else "")
-            + f"; {n} seeds so far; {nxt}")
+@dataclass(frozen=True)
+class RoundPreset(Preset):
+    """The preset restricted to one round's runs: ``run_sweep`` trains ``cells()``."""
+
+    runs: tuple[str, ...] = ()
+
+    def cells(self) -> list[Cell]:
+        keep = set(self.runs)
+        return [c for c in super().cells() if c.run_id in keep]
 
 
-def plan_lines(preset: Preset, design: Design, seeds: tuple[int, ...]) -> list[str]:
-    """The look schedule and the worst-case plan (every claim undecided to the last look)."""
-    conds = [c for c in preset.conditions if c != CONTROL]
-    deciding = [c for c in conds if vocab.predicted(c)]
-    per_seed = len(_sub_preset(preset, [*deciding, CONTROL], (seeds[0],)).cells())
-    once = len(_sub_preset(preset, [c for c in conds if c not in deciding], (seeds[0],)).cells()) \
-        if len(deciding) < len(conds) else 0
-    epochs = preset.train.epochs
-    lines = [f"sequential design: group-sequential paired t-test per claim, Lan–DeMets Pocock-type "
-             f"spending, α = {design.alpha:g} per claim (two-sided), at most {design.max_seeds} seeds",
-             *design.describe(),
-             f"seeds in order: {', '.join(map(str, seeds))} (the preset's, then {EXTRA_SEED_BASE}, "
-             f"{EXTRA_SEED_BASE + 1}, …)"]
-    total = 0
-    prev = 0
-    for k, n in enumerate(design.looks):
-        runs = per_seed * (n - prev) + (once * FIRST_LOOK if k == 0 else 0)
-        total += runs
-        lines.append(f"worst case round {k + 1}: seeds {', '.join(map(str, seeds[prev:n]))}: {runs} runs")
-        prev = n
-    fixed = len(replace(preset, seeds=seeds).cells())
-    lines.append(f"worst case: {total} runs = {total * epochs} run-epochs; a fixed design at {design.max_seeds} "
-                 f"seeds: {fixed} runs = {fixed * epochs} run-epochs")
-    return lines
+def round_preset(preset: Preset, cells: list[Cell]) -> RoundPreset:
+    fields = {f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)}
+    conds = tuple(c for c in preset.conditions if any(x.condition == c for x in cells))
+    seeds = tuple(dict.fromkeys(sorted((c.seed for c in cells), key=[x.seed for x in cells].index)))
+    fields.update(conditions=conds, seeds=seeds, strengths=tuple(s for s in preset.strengths if s[0] in conds),
+                  inits=tuple(i for i in preset.inits if any(x.init == i for x in cells)),
+                  depths=tuple(d for d in preset.depths if any(x.depth == d for x in cells)))
+    return RoundPreset(**fields, runs=tuple(c.run_id for c in cells))
+
+
+# --- the rounds ----------------------------------------------------------------------------------
 
 
 def run_auto(preset: Preset, settings, auto: AutoSeeds) -> pd.DataFrame:
-    """Run the rounds (``settings``: the sweep's ``SweepSettings``); returns one row per claim."""
+    """Run the rounds (``settings``: the sweep's ``SweepSettings``); returns one row per claim,
+    ``attrs["errored"]`` when a run ended in error or a claim ran out of replacements (exit 1)."""
     from sweep.ray_env import absolute_uri
-    from sweep.store import Store
+    from sweep.store import Store, StoreError
 
     name = settings.name
-    design = make_design(auto.max_seeds, auto.alpha)
-    seeds = seed_sequence(preset.seeds, design.max_seeds)
+    exp = make_experiment(preset, auto)
+    fixed = fixed_same_power(exp.design)
     say = lambda line: print(f"[{name}] {line}", flush=True)  # noqa: E731
-    for line in plan_lines(preset, design, seeds):
+    store_uri = absolute_uri(settings.trial.store)
+    store = Store(store_uri)
+    where = record_uri(store_uri, name)
+    try:
+        record = read_record(store, name)
+    except (StoreError, OSError, ValueError) as exc:
+        if not settings.dry_run:
+            raise StoreError(f"--seeds auto: cannot read the experiment's record {where}: {exc}") from None
+        record = None
+        say(f"(the record {where} could not be read: the real command checks its design)")
+    check_design(record, exp, name, where)
+    for line in plan_lines(exp, fixed):
         say(line)
-    conds = [c for c in preset.conditions if c != CONTROL]
-    undecidable = [c for c in conds if not vocab.predicted(c)]
-    for c in undecidable:
-        say(f"{c}: no predicted direction, nothing to decide: it runs at the first round's {FIRST_LOOK} seeds only")
+    for cond in dict.fromkeys(c.condition for c in exp.once_cells() if c.condition != CONTROL):
+        say(f"{cond}: nothing to decide (no predicted direction, or strengths all 0): it runs at the first "
+            f"round's {FIRST_LOOK} seeds only")
     if settings.dry_run:
         say("dry run: nothing trained, nothing written")
         return pd.DataFrame()
-    active = [c for c in conds if c not in undecidable]
     if settings.resume:  # the rounds resume by themselves; --resume insists that an experiment exists
         from ray import tune
 
         path = f"{absolute_uri(settings.trial.storage).rstrip('/')}/{name}"
         if not tune.Tuner.can_restore(path):
             raise UsageError(f"--resume: no restorable experiment at {path}")
-    store = Store(absolute_uri(settings.trial.store))
+    if record is None:  # the design, stored before round 1
+        record = new_record(exp, name)
+        put_record(store, name, record)
     try:  # one Ray for every round (run_sweep uses a running one and leaves it running)
-        frame, used_n = _rounds(preset, settings, design, seeds, store, active, undecidable, say)
+        state, used = _rounds(exp, settings, store, record, say)
     finally:
         import ray
 
         if ray.is_initialized() and _STARTED.pop(name, False):
             ray.shutdown()
-    epochs = preset.train.epochs
-    fixed = len(replace(preset, seeds=seeds).cells())
-    say(f"run-epochs used: {used_n * epochs} ({used_n} runs × {epochs} epochs) against {fixed * epochs} for a fixed "
-        f"design at {design.max_seeds} seeds ({fixed} runs): saved {(fixed - used_n) * epochs} "
-        f"({1 - used_n / fixed:.0%})")
-    write_record(store, name, preset, design, seeds, frame, used_n * epochs, fixed * epochs)
+    rows = claim_rows(exp, state, finished=True)
+    errored = summary(exp, state, record, used, fixed, say)
+    final = {**record, "finished": True, "claims": rows, "run_epochs_used": used * exp.preset.train.epochs,
+             "fixed": {"effect": fixed.effect, "level": fixed.level, "power": fixed.power, "seeds": fixed.seeds,
+                       "runs": fixed_runs(exp, fixed.seeds),
+                       "run_epochs": fixed_runs(exp, fixed.seeds) * exp.preset.train.epochs},
+             "errored": errored}
+    final.pop("written_at", None)
+    old = read_record(store, name)
+    if old is None or {k: v for k, v in old.items() if k != "written_at"} != json.loads(json.dumps(final)):
+        put_record(store, name, final)
     sys.stdout.flush()
+    frame = pd.DataFrame(rows)
+    frame.attrs["errored"] = errored  # the command exits 1 (``exit_status``)
     return frame
 
 
@@ -226,66 +227,84 @@ def run_auto(preset: Preset, settings, auto: AutoSeeds) -> pd.DataFrame:
 _STARTED: dict[str, bool] = {}
 
 
-def _rounds(preset: Preset, settings, design: Design, seeds: tuple[int, ...], store, active: list[str],
-            undecidable: list[str], say) -> tuple[pd.DataFrame, int]:
-    """The rounds: train what each look needs, decide, print a line per unit; (claims, runs used)."""
+def _rounds(exp: Experiment, settings, store, record: dict, say) -> tuple[State, int]:
+    """Plan, train and look, round after round; (the state, runs used)."""
     from sweep.ray_env import init_ray
-    from sweep.runner import exit_status, run_sweep
+    from sweep.runner import run_sweep
 
-    name = settings.name
-    errored = 0
-    used: list[Cell] = []
-    decisions: dict[tuple, dict[str, Decision]] = {}
-    prev = 0
-    for k, n in enumerate(design.looks):
-        round_conds = [*active, *(undecidable if k == 0 else []), CONTROL]
-        if not active and k > 0:
+    name, design = settings.name, exp.design
+    lost: dict[str, dict] = record["lost"]
+    state = State(exp)
+    used: set[str] = set()
+    catalog = {c.run_id: c for c in dataclasses.replace(exp.preset, seeds=exp.seeds).cells()}
+    round_ = 0
+    while True:
+        round_ += 1
+        outcomes = final_outcomes(store, exp.preset)
+        before = {r for r, v in lost.items() if v["round"] < round_}
+        walks, todo = plan(state, round_, set(outcomes), before)
+        todo = [c for c in todo if c.run_id not in lost]
+        if not walks and not (round_ == 1 and todo):
             break
-        sub = _sub_preset(preset, round_conds, seeds[prev:n])
-        cells = sub.cells()
-        used += cells
-        done = final_outcomes(store, preset, cells)
-        if len(done) < len(cells):
-            say(f"round {k + 1} of {len(design.looks)}: seeds {', '.join(map(str, seeds[prev:n]))} for "
-                f"{', '.join(c for c in round_conds)}: {len(cells)} runs ({len(cells) - len(done)} to train)")
+        planned = next((r for r in record["rounds"] if r["round"] == round_), None)
+        if planned is None:  # first time here: the round's runs are recorded before they train
+            planned = {"round": round_, "target": exp.target(round_), "runs": [c.run_id for c in todo]}
+            record["rounds"].append(planned)
+            if todo:
+                put_record(store, name, {**record, "claims": claim_rows(exp, state, finished=False)})
+        by_id = {c.run_id: c for c in todo} | {c.run_id: c for u, w in walks.items() for s in w.counted
+                                               for c in (exp.cell(u, s), exp.control(u, s))}
+        runs = [by_id.get(r) or catalog.get(r) or _unknown(r) for r in planned["runs"]]
+        runs += [c for c in todo if c.run_id not in set(planned["runs"])]
+        every = {c.run_id for u, w in walks.items() for s in w.counted if s not in state.units[u].pairs
+                 for c in (exp.cell(u, s), exp.control(u, s))}
+        every |= {c.run_id for c in runs} | ({c.run_id for c in exp.once_cells()} if round_ == 1 else set())
+        used |= every
+        left = [c for c in runs if c.run_id not in outcomes and c.run_id not in lost]
+        head = f"round {round_} (look {min(round_, design.n_looks)} of {design.n_looks}, {exp.target(round_)} seeds)"
+        if left:
+            say(f"{head}: {describe_round(exp, state, walks, round_ == 1)}: {len(every)} runs ({len(left)} to train)")
             if not _STARTED.get(name):
                 _STARTED[name] = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
-            errored |= exit_status(run_sweep(sub, replace(settings, extend=True, resume=False)))
+            train = runs if _newest_state(settings) == {c.run_id for c in runs} else left
+            run_sweep(round_preset(exp.preset, train), dataclasses.replace(settings, extend=True, resume=False))
+            outcomes = final_outcomes(store, exp.preset)
+            failed = [c.run_id for c in runs if c.run_id not in outcomes and c.run_id not in lost]
+            for rid, why in why_lost(store, exp.preset, failed).items():
+                lost[rid] = {"reason": why, "round": round_}
         else:
-            say(f"round {k + 1} of {len(design.looks)}: all {len(cells)} runs already in the store")
-        all_cells = replace(preset, seeds=seeds[:n]).cells()
-        decisions = claim_decisions(preset, seeds[:n], design, final_outcomes(store, preset, all_cells))
-        nxt = design.looks[k + 1] if k + 1 < len(design.looks) else None
-        say(f"look {k + 1} of {len(design.looks)} at {n} seeds:")
-        for unit, claims in decisions.items():
-            if unit[0] in active:
-                say("  " + _look_line(unit, claims, n, nxt))
-        active = [c for c in active if any(not d.decided for u, cl in decisions.items() if u[0] == c
-                                           for d in cl.values())]
-        prev = n
-    frame = decision_frame(decisions, design)
-    frame.attrs["errored"] = bool(errored)  # a round lost a run: the command exits 1 (``exit_status``)
-    return frame, len({c.run_id for c in used})
+            say(f"{head}: all {len(every)} runs already in the store")
+        now = {r for r, v in lost.items() if v["round"] <= round_}
+        newly = evaluate(state, round_, walks, outcomes, now)
+        say(f"look after round {round_}:")
+        shown = set(walks) | {exp.claims[i].unit for i in newly}
+        for unit in exp.units:
+            if unit in shown:
+                say("  " + look_line(exp, state, unit, round_))
+        r = sum(1 for s in state.claims if s.level)
+        if r < len(exp.claims):
+            say(f"  {r} of {len(exp.claims)} claims decided; an open claim is now tested at α/{len(exp.claims) - r}")
+        if left:
+            put_record(store, name, {**record, "claims": claim_rows(exp, state, finished=False)})
+    return state, len(used)
 
 
-def decision_frame(decisions: dict[tuple, dict[str, Decision]], design: Design) -> pd.DataFrame:
-    """One row per claim: unit, metric, predicted sign, outcome, look, seeds, and the report's text."""
-    rows = []
-    for (cond, strengths, init, depth), claims in decisions.items():
-        for metric, d in claims.items():
-            rows.append({"condition": cond, "strengths": json.dumps(dict(strengths), sort_keys=True),
-                         "init": init, "depth": depth, "metric": metric,
-                         "predicted": "+" if vocab.predicted(cond)[metric] > 0 else "-",
-                         "outcome": d.outcome or "undecided", "look": d.look, "n": d.n if d.decided else None,
-                         "n_looks": d.n_looks, "p": d.p, "text": d.text(design.max_seeds)})
-    return pd.DataFrame(rows)
+def _newest_state(settings) -> set[str]:
+    """Run ids of the newest experiment state in the experiment's Tune folder (none: empty): a round
+    killed midway is resumed with exactly these runs, else only the runs it lacks start afresh (a new
+    state of the same set would train its finished runs again)."""
+    from ray import tune
+
+    from sweep.ray_env import absolute_uri
+    from sweep.resume import experiment_trials
+    from sweep.spec import runs_of
+
+    path = f"{absolute_uri(settings.trial.storage).rstrip('/')}/{settings.name}"
+    if not tune.Tuner.can_restore(path):
+        return set()
+    return {r.run_id for t in experiment_trials(path) for r in runs_of(t.config)}
 
 
-def write_record(store, name: str, preset: Preset, design: Design, seeds: tuple[int, ...], frame: pd.DataFrame,
-                 used: int, fixed: int) -> None:
-    """``<store>/sequential/<name>.json``: the design, the seeds and each claim's decision."""
-    record = {"experiment": name, "preset": preset.name, "alpha": design.alpha, "looks": list(design.looks),
-              "nominal": list(design.nominal), "bounds": list(design.bounds), "seeds": list(seeds),
-              "run_epochs_used": used, "run_epochs_fixed": fixed,
-              "claims": json.loads(frame.to_json(orient="records"))}
-    store.put(f"{store.base}/{RECORD_DIR}/{name}.json", json.dumps(record, indent=1).encode())
+def _unknown(run_id: str) -> Cell:
+    raise UsageError(f"--seeds auto: the record names run {run_id}, which this preset does not have; "
+                     "a new design needs a new experiment: add --name NEW")

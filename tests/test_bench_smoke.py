@@ -216,6 +216,18 @@ def test_clamp_cost_tiny() -> None:
             assert row["x_none_step"] > 0 and row["step_with_clamp"] > 1 and row["max_abs_vs_svd"] < 1e-8
 
 
+def test_sequential_error_tiny(capsys) -> None:
+    from bench import sequential_error
+
+    out = sequential_error.main(["--tiny"])
+    _check(out, set())
+    r = out["results"]
+    assert [row["law"] for row in r["null"]][:3] == ["normal", "t, 3 df", "skewed 0.71"]
+    assert r["alone"]["family_wise"] > 0.2 > r["null"][0]["family_wise"]  # the design before has no family control
+    assert r["planted"][0]["power"] > 0.9 and r["fixed_same_power"]["seeds"] == 9
+    assert "RATIO " in capsys.readouterr().out
+
+
 def test_gpu_report_tables_every_section_on_the_cpu(tmp_path: Path, capsys) -> None:
     """bench/gpu.sh's sections at a tiny size on the CPU, then its report: every figure is in the
     table and in gpu_results.json, and what did not run says "not measured"."""

@@ -39,24 +39,25 @@ def local_ray():
 def test_rounds_are_one_experiment_and_a_rerun_trains_nothing(local_ray, tmp_path, capsys):
     frame = interventions.main([*AUTO, *dirs(tmp_path, "auto")])
     out = capsys.readouterr().out
-    assert "round 2 of 2: seeds 1002 for freeze_q, none: 2 runs (2 to train)" in out, out[-3000:]
+    assert "round 2 (look 2 of 2, 4 seeds): seed 1002 for freeze_q and none: 2 runs (2 to train)" in out, out[-3000:]
     assert "a new round of the experiment" in out
     (claim,) = frame.itertuples()
-    assert claim.text == "undecided at 4"
+    assert claim.text == "undecided at 4 seeds (look 2 of 2)" and claim.seeds == [7, 1000, 1001, 1002]
     store = Store(str(tmp_path / "store"))
     assert_store_complete(store, runs=8, epochs=SMOKE.train.epochs, layer_rows=8 * (SMOKE.train.epochs + 1) * 2)
     assert set(store.read("epochs")["seed"]) == {7, 1000, 1001, 1002}
     experiment = tmp_path / "ray" / "auto"
     assert len(list(experiment.glob("experiment_state-*.json"))) == 2  # one per round, one folder
     record = json.loads((tmp_path / "store" / "sequential" / "auto.json").read_text())
-    assert record["run_epochs_used"] == record["run_epochs_fixed"] == 8 * SMOKE.train.epochs
+    assert record["run_epochs_used"] == 8 * SMOKE.train.epochs and record["finished"]
+    assert [r["runs"] for r in record["rounds"]] and len(record["rounds"][1]["runs"]) == 2
 
     ids = set(store.read("epochs")["run_id"])
     before = files_mtimes(tmp_path / "store", ids)
     again = interventions.main([*AUTO, *dirs(tmp_path, "auto")])
     assert again.equals(frame)
     assert files_mtimes(tmp_path / "store", ids) == before
-    assert "round 2 of 2: all 2 runs already in the store" in capsys.readouterr().out
+    assert "round 2 (look 2 of 2, 4 seeds): all 2 runs already in the store" in capsys.readouterr().out
 
 
 def test_a_driver_killed_in_round_two_finishes_on_rerun(local_ray, tmp_path, capsys):
@@ -91,7 +92,7 @@ def test_a_driver_killed_in_round_two_finishes_on_rerun(local_ray, tmp_path, cap
     with pytest.warns(UserWarning, match="looks live"):  # the killed driver's sweep lock
         interventions.main(argv)
     out = capsys.readouterr().out
-    assert "round 1 of 2: all 6 runs already in the store" in out
+    assert "round 1 (look 1 of 2, 3 seeds): all 6 runs already in the store" in out
     assert "resuming the experiment" in out, out[-3000:]
     assert files_mtimes(tmp_path / "store", round_one) == before
     assert_store_complete(store, runs=8, epochs=4, layer_rows=8 * 5 * 2)

@@ -19,7 +19,7 @@ from analysis.section import Figure, left_out
 from sweep.report import tables as tb
 from sweep.report.inputs import unknown_names
 from sweep.report.markdown import render_markdown, scorecard_md, skipped_md
-from sweep.report.sequential import _default_claims as seeds_auto_decisions
+from sweep.report.sequential import decisions as seeds_auto_decisions
 from sweep.report.sequential import section_md
 from sweep.store import safe_name
 
