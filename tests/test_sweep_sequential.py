@@ -66,8 +66,8 @@ def test_dry_run_prints_the_design_the_seeds_and_the_fixed_design_of_the_same_po
     assert "sequential design: 10 claims, family-wise error ≤ 0.05" in out
     assert "look 1 of 4: n =  3 seeds, |t| ≥ 21.90 (p ≤ 0.0021) at α/10 = 0.005" in out
     # the demo's schedule seeds (7, 37) are not in the sequence
-    assert "seeds in order: 11, 12, 13, 14, 15, 1000, 1001, 1002, 1003, 1004 (the preset's but those" in out
-    assert "replaced by the next (1005, 1006, 1007, 1008, 1009); a claim that loses more than 5 stops" in out
+    assert "seeds in order: 11, 12, 13, 14, 15, 16, 1000, 1001, 1002, 1003 (the preset's but those" in out
+    assert "replaced by the next (1004, 1005, 1006, 1007, 1008); a claim that loses more than 5 stops" in out
     # 4 deciding conditions + none per seed, qk_align_reg (no prediction) at the first 3 seeds only
     assert "worst case round 1: seeds 11, 12, 13: 18 runs" in out
     assert "worst case without losses: 53 runs = 1060 run-epochs" in out
@@ -162,13 +162,13 @@ def test_rounds_add_seeds_only_to_open_units_and_a_rerun_trains_nothing(tmp_path
     by = {(r.condition, r.metric): r for r in frame.itertuples()}
     assert by[("forced_k_contraction", "qk_erank")].text == "as predicted, decided at 3 seeds (look 1 of 3)"
     assert by[("freeze_q", "attn_entropy")].text == "undecided at 8 seeds (look 3 of 3)"
-    assert by[("freeze_q", "attn_entropy")].seeds == [11, 12, 13, 14, 15, 1000, 1001, 1002]
+    assert by[("freeze_q", "attn_entropy")].seeds == [11, 12, 13, 14, 15, 16, 1000, 1001]
     assert "round 2 (look 2 of 3, 5 seeds): seeds 14, 15 for freeze_k, freeze_q and none: 6 runs (6 to train)" in out
     assert "k_spectrum_clamp (independent_xavier, 2 layers): 3 decided" in out
     assert "an open claim is now tested at α/" in out
     assert "run-epochs used: " in out and "for the fixed design of the same power" in out
     record = _record(tmp_path)
-    assert record["looks"] == [3, 5, 8] and record["seeds"][5:8] == [1000, 1001, 1002]
+    assert record["looks"] == [3, 5, 8] and record["seeds"][5:8] == [16, 1000, 1001]
     assert record["design"]["family_size"] == len(record["claims"]) == len(frame) == 10  # 3 + 3 + 3 + 1
     assert record["finished"] and record["written_at"].endswith("+00:00")
     assert not frame.attrs["errored"]
@@ -222,12 +222,12 @@ def test_a_lost_seed_is_replaced_by_the_next_seed_in_the_next_round(tmp_path, ca
     trained = fake(fail=lambda c: "error" if (c.condition, c.seed) == ("freeze_q", 12) else None)
     frame = interventions.main(_argv(tmp_path, "--max-seeds", "5"))
     out = capsys.readouterr().out
-    # round 2 brings freeze_q to 5 pairs: 14, 15 and 1000 for the lost 12
-    assert {s for c, s in trained[1] if c == "freeze_q"} == {14, 15, 1000}
+    # round 2 brings freeze_q to 5 pairs: 14, 15 and 16 (the next seed) for the lost 12
+    assert {s for c, s in trained[1] if c == "freeze_q"} == {14, 15, 16}
     assert {s for c, s in trained[1] if c == "freeze_k"} == {14, 15}
-    assert ("none", 1000) in trained[1]
+    assert ("none", 16) in trained[1]
     (q,) = frame[frame["condition"] == "freeze_q"].itertuples()
-    assert q.seeds == [11, 13, 14, 15, 1000] and q.lost == [12] and q.n == 5
+    assert q.seeds == [11, 13, 14, 15, 16] and q.lost == [12] and q.n == 5
     assert q.text == "undecided at 5 seeds (look 2 of 2; 1 seed lost: 12)"
     k = frame[frame["condition"] == "freeze_k"].iloc[0]
     assert k["lost"] == [] and 12 in k["seeds"]
@@ -256,8 +256,8 @@ def test_a_condition_that_fails_every_run_stops_and_exits_1(tmp_path, capsys, fa
     assert len(tried) == 8  # 3, then 5 more: 8 lost > 5, no more replacements
     (q,) = frame[frame["condition"] == "freeze_q"].itertuples()
     assert q.n == 0 and q.outcome == "undecided"
-    assert q.text.startswith("undecided at 0 seeds (no look of 4 reached; 8 seeds lost: 11, 12, 13, 14, 15, 1000, "
-                             "1001, 1002, no more replacements")
+    assert q.text.startswith("undecided at 0 seeds (no look of 4 reached; 8 seeds lost: 11, 12, 13, 14, 15, 16, "
+                             "1000, 1001, no more replacements")
     assert "freeze_q (independent_xavier, 2 layers): lost 8 seeds" in out and "more than 5" in out
     assert frame.attrs["errored"] and runner.exit_status(frame) == 1
 
