@@ -177,7 +177,7 @@ def test_an_unsupported_hub_revision_is_refused_from_its_config_alone(pythia_rep
     odd["config.json"] = json.dumps({**json.loads(odd["config.json"]), "model_type": "bert"}).encode()
     other = HubRepo("someone/bert-series", {"step0": odd})
     code = ("import sys; from sweep.extension.revision_probe import RevisionError, fetch_revision\n"
-            "try:\n    fetch_revision('someone/bert-series', 'step0', sys.argv[1], retries=1)\n"
+            "try:\n    fetch_revision('someone/bert-series', 'step0', sys.argv[1])\n"
             "except RevisionError as exc:\n    print(exc)\n")
     with hub_server([other]) as hub:
         proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], cwd=ROOT, capture_output=True,

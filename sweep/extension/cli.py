@@ -41,6 +41,7 @@ from sweep.extension.checkpoint_series import (
 )
 from sweep.extension.pool import JobResult, format_summary, run_extension, summarize
 from sweep.extension.revision_probe import (
+    PROBE_MODES,
     ProbeSettings,
 )
 from sweep.ray_env import absolute_uri, init_ray, node_gpus
@@ -79,6 +80,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-seqs", type=int, default=16, help="probe sequences (>= 1)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per probe sequence (>= 2)")
     p.add_argument("--hf-cache", help="hub cache shared by the actors of a node (default: HF's own)")
+    p.add_argument("--disk-budget", type=size_arg, metavar="SIZE",
+                   help="most bytes of hub downloads the cache of a node holds at once, e.g. 40GB: each revision "
+                   "is downloaded, probed, then what this run downloaded is deleted (default: no limit, kept)")
+    p.add_argument("--probe-mode", choices=PROBE_MODES, default="auto",
+                   help="whole: load each model; streamed: one decoder block in memory at a time; auto: streamed "
+                   "when the whole model does not fit --memory-per-actor")
+    p.add_argument("--memory-per-actor", type=size_arg, metavar="SIZE",
+                   help="memory one probe may use in auto mode, e.g. 16GB (default: the smallest node's Ray "
+                   "memory over the probes its CPUs hold)")
     p.add_argument("--max-attempts", type=int, default=2,
                    help="tries of a revision whose actor keeps dying before it is recorded as failed (>= 1)")
     p.add_argument("--allow-pickle-weights", action="store_true",
@@ -100,6 +110,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def size_arg(text: str) -> int:
+    """A byte size flag: ``40GB``, ``1.5TiB``, ``1e9``."""
+    from sweep.extension.disk import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
 def check_args(args: argparse.Namespace) -> None:
     """The flags ``ExtensionSettings`` does not hold, before the store is touched or Ray starts."""
     at_least("--revisions", args.revisions, 1)
@@ -112,7 +132,8 @@ def check_args(args: argparse.Namespace) -> None:
 def settings_from_args(args: argparse.Namespace) -> ExtensionSettings:
     """The probe, pool and Ray flags as ``ExtensionSettings`` (checked as they are built)."""
     probe = ProbeSettings(args.store, args.n_seqs, args.seq_len, args.hf_cache, max(1, int(args.cpus_per_actor)),
-                          args.allow_pickle_weights, args.cpus_per_actor, Plugins.from_args(args))
+                          args.allow_pickle_weights, args.cpus_per_actor, Plugins.from_args(args),
+                          args.disk_budget, args.probe_mode, args.memory_per_actor)
     return ExtensionSettings(probe, args.actors, args.gpus_per_actor, args.max_attempts, args.force,
                              args.address, args.num_cpus, args.num_gpus)
 
