@@ -162,7 +162,7 @@ def test_extension_lists_downloads_and_probes_a_hub_series(pythia_repo, tmp_path
         hits = [s for m, p, s in hub.requests if m == method and re.search(pattern, p)]
         assert hits[:2] == [503, 200], (pattern, hits)
     missing = [(m, p, s) for m, p, s in hub.requests if "step3000" in p]
-    assert missing == [("GET", f"/api/models/{REPO}/tree/step3000", 404)]
+    assert missing == [("GET", f"/api/models/{REPO}/revision/step3000", 404)]  # listed once, before download
     # downloaded into the given cache: one snapshot per fetched revision, pickles only where no safetensors
     snapshots = cache / f"models--{REPO.replace('/', '--')}" / "snapshots"
     assert {p.name for p in snapshots.iterdir()} == {commit_of(REPO, f"step{s}") for s in (0, 1000, 2000)}

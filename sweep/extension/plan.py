@@ -26,6 +26,7 @@ read is left to the probe, which records it as it always has.
 
 from __future__ import annotations
 
+import functools
 import math
 import tempfile
 from collections import defaultdict
@@ -151,12 +152,23 @@ def _hub_config(repo: str, listing: Listing, seen: dict, scratch: Path) -> Any:
     return seen[(repo, blob)]
 
 
+@functools.lru_cache(maxsize=64)
+def _probe_memory(config_json: str, n_seqs: int, seq_len: int) -> Any:
+    """``probe_memory`` once per distinct config (a series' revisions share theirs)."""
+    import json
+
+    from transformers import AutoConfig
+
+    from metrics.hf_stream import probe_memory
+
+    data = json.loads(config_json)
+    return probe_memory(AutoConfig.for_model(data.pop("model_type"), **data), n_seqs, seq_len)
+
+
 def _sized(job: Job, config: Any, weight_names: list[str], settings: ProbeSettings, actor_bytes: int,
            largest_node: int) -> Job:
     """The job with its probe mode and memory request (see the module docstring)."""
-    from metrics.hf_stream import probe_memory
-
-    need = probe_memory(config, settings.n_seqs, settings.seq_len)
+    need = _probe_memory(config.to_json_string(), settings.n_seqs, settings.seq_len)
     safe = all(n.endswith(".safetensors") for n in weight_names)
     limit = settings.memory_per_actor or actor_bytes
     mode = settings.probe_mode
