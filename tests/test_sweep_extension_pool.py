@@ -115,6 +115,23 @@ def test_missing_path_is_recorded_as_failed_and_others_complete(pool, store, rev
     assert sorted(r.status for r in rerun) == ["failed", "skipped", "skipped"]
 
 
+def test_copies_take_the_probed_rows_or_are_probed_when_it_fails(pool, store, revisions, tmp_path) -> None:
+    """A revision with the same weight files as a probed one gets its rows (its own identity, status
+    duplicate_of); when the probed one fails, the copy is probed instead."""
+    _, folder = revisions["gpt_neox"][1]
+    head = Job("copy-neox", "local-step1000", None, folder, 1000, 1000, 1.0)
+    dup = Job("copy-neox", "local-step0", None, folder, 0, 0, 0.0)
+    results = pool.run([head], copies={("copy-neox", "local-step1000"): [dup]})
+    assert [(r.revision, r.status) for r in results] == [("local-step1000", "ok"), ("local-step0", "duplicate")]
+    df = rows(store, "copy")
+    a, b = (df[df["revision"] == r].reset_index(drop=True) for r in ("local-step1000", "local-step0"))
+    assert (b["status"] == "duplicate_of:local-step1000").all() and (b["step"] == 0).all()
+    assert a[list(CHECKPOINT_METRICS)].equals(b[list(CHECKPOINT_METRICS)])
+    bad = Job("copy2-neox", "local-step1000", None, str(tmp_path / "nope"), 1000, 1000, 1.0)
+    results = pool.run([bad], copies={("copy2-neox", "local-step1000"): [dup]})
+    assert [(r.revision, r.status) for r in results] == [("local-step1000", "failed"), ("local-step0", "ok")]
+
+
 def timed(log: Path):
     """A probe that records when it ran (start, end) in ``log`` and probes nothing."""
 

@@ -182,3 +182,34 @@ def _sized(job: Job, config: Any, weight_names: list[str], settings: ProbeSettin
         raise RevisionError(f"{job.series}@{job.revision}: the {mode} probe needs {format_size(memory)} of memory, "
                             f"more than any node offers Ray ({format_size(largest_node)})")
     return replace(job, mode=mode, memory=int(memory))
+
+
+def local_node(cpus_per_actor: float, actors: int) -> tuple[int, int]:
+    """(memory one probe may use, the node's memory) for this machine as the only node, as Ray would
+    offer it: about 70 % of the memory available now (``--dry-run`` plans without Ray)."""
+    import os
+
+    import psutil
+
+    memory = 0.7 * psutil.virtual_memory().available
+    return actor_memory([(os.cpu_count() or 1, memory)], cpus_per_actor, actors), int(memory)
+
+
+def format_plan(plan: Plan, settings: ProbeSettings, actor_bytes: int) -> str:
+    """One line per revision: what will be downloaded, how it is probed, with how much memory."""
+    lines = [f"[extension] plan (--probe-mode {settings.probe_mode}, memory per actor "
+             f"{format_size(settings.memory_per_actor or actor_bytes)}, disk budget "
+             f"{format_size(settings.disk_budget) if settings.disk_budget else 'none'}):"]
+    for job in plan.jobs:
+        size = job.listing.weight_bytes(settings.allow_pickle) if job.listing else None
+        where = f"{format_size(size)} of weights" if size is not None else "local folder"
+        lines.append(f"  {job.series}@{job.revision}: {where}, probe {job.mode}, task memory "
+                     f"{format_size(job.memory or 0)}")
+        for dup in plan.copies.get((job.series, job.revision), []):
+            lines.append(f"  {dup.series}@{dup.revision}: same weight files as {job.revision}: not downloaded, "
+                         "rows copied")
+    lines += [f"  {job.series}@{job.revision}: refused: {reason}" for job, reason in plan.failed]
+    n_copies = sum(len(v) for v in plan.copies.values())
+    lines.append(f"[extension] {len(plan.jobs)} to probe, {n_copies} duplicate(s) found before download, "
+                 f"{len(plan.failed)} refused")
+    return "\n".join(lines)
