@@ -1,5 +1,5 @@
-"""sweep/extension/plan.py (and listing.py's ``Listing``): what each revision needs, decided from hub
-listings made by hand and tiny local folders, without a network or Ray."""
+"""sweep/extension/plan.py: what each revision needs, decided from hub listings made by hand and tiny
+local folders, without a network or Ray."""
 
 from __future__ import annotations
 
@@ -47,17 +47,6 @@ def hub_config(monkeypatch):
 
 def settings(**kw) -> ProbeSettings:
     return ProbeSettings("unused", n_seqs=2, seq_len=16, **kw)
-
-
-def test_listing_weights_fetch_and_key() -> None:
-    both = listing("g", {"model.safetensors": "g1"}, extra=(HubFile("pytorch_model.bin", 9, "p" * 64, "p" * 64),
-                                                             HubFile("sub/model.safetensors", 9, "q" * 64, "q" * 64)))
-    assert [f.path for f in both.weights()] == ["model.safetensors"]  # top level, safetensors first
-    assert [f.path for f in both.fetch()] == ["config.json", "tokenizer.json", "model.safetensors"]
-    assert [f.path for f in LISTINGS["pickled"].weights()] == []
-    assert [f.path for f in LISTINGS["pickled"].weights(allow_pickle=True)] == ["pytorch_model.bin"]
-    assert LISTINGS["step1000"].weights_key() == LISTINGS["step2000"].weights_key() != LISTINGS["step4000"].weights_key()
-    assert LISTINGS["step1000"].weight_bytes() == 2 * GB
 
 
 def test_same_weight_files_are_one_probe_and_copies(hub_config) -> None:
