@@ -15,11 +15,12 @@ serves them from the local test Hub (tests/hub_server.py, files streamed from di
    downloads; the high-water mark) beside the ledger's own; the Hub's request log shows whether
    the byte copies were downloaded.
 2. **Peak memory of one probe**: for each family, one revision probed in a fresh child process,
-   streamed and whole-model, side by side. Peak = the child's ``ru_maxrss`` (``getrusage``, the
-   resident high-water mark the kernel keeps: Python, torch and the mapped file pages
-   included), reported above the child's own ``ru_maxrss`` after its imports (torch,
-   transformers, safetensors, the project) and the tokenizer; the weights' value digest
-   (``weights_sha256``) and the probe proper timed apart.
+   streamed and whole-model, side by side. Peak = the child's ``VmHWM`` (/proc/self/status: the
+   resident high-water mark the kernel keeps for the process's address space, mapped file pages
+   included), reported above its value after the child's imports (torch, transformers,
+   safetensors, the project) and the tokenizer. Not ``ru_maxrss``: Linux carries a parent's
+   high-water mark into the child across fork and exec (it read this script's 1.4 GB). The
+   weights' value digest (``weights_sha256``) and the probe proper are timed apart.
 3. **The projection** for Pythia-12B's 154 revisions on one node with 24 GB of memory (printed
    with its assumptions).
 
@@ -136,7 +137,7 @@ class DiskWatch(threading.Thread):
 
 
 CHILD = r"""
-import json, resource, sys, time, torch
+import json, sys, time, torch
 from sweep.extension.integrity import weights_sha256
 from sweep.extension.revision_probe import Job, ProbeSettings, probe_folder, weight_files, load_tokenizer
 from metrics.hf_stream import return_large_frees
@@ -146,11 +147,13 @@ return_large_frees()
 text = open(sys.argv[6], encoding="utf-8").read()
 job = Job("bench", "rev", None, folder, 0, 0, 0.0, mode=mode)
 settings = ProbeSettings("unused", n_seqs=n_seqs, seq_len=seq_len)
+def hwm():  # the kernel's resident high-water mark of this address space (reset at exec), bytes
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) * 1024
 load_tokenizer(folder, job)
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+base = hwm()
 t0 = time.perf_counter(); weights_sha256(weight_files(folder)); digest = time.perf_counter() - t0
 t0 = time.perf_counter(); rows = probe_folder(folder, job, text, settings, torch.device("cpu")); probe = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = hwm()
 print(json.dumps({"base": base, "peak": peak, "digest_s": digest, "probe_s": probe, "rows": rows}))
 """
 

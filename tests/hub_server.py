@@ -1,6 +1,7 @@
-"""A throw-away Hugging Face Hub on 127.0.0.1 for tests: the parts of its HTTP API that
-``huggingface_hub`` (2.4) calls for ``list_repo_refs``, ``list_repo_files`` and
-``snapshot_download``, serving repositories held in memory.
+"""A throw-away Hugging Face Hub on 127.0.0.1 for tests and bench/checkpoint_scale.py: the parts of
+its HTTP API that ``huggingface_hub`` (2.4) calls for ``list_repo_refs``, ``list_repo_files``,
+``model_info(files_metadata=True)``, ``hf_hub_download`` and ``snapshot_download``, serving
+repositories held in memory or on disk.
 
     repo = HubRepo("EleutherAI/pythia-70m", {"step0": {"config.json": b"..."}, ...})
     with hub_server([repo], fail_once=[("HEAD", r"/resolve/.*/model\\.safetensors$")]) as hub:
