@@ -6,6 +6,7 @@ against the local Hub (tests/hub_server.py) with a GPT-NeoX-shaped and a Llama-s
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -118,21 +119,22 @@ def test_holders_share_the_budget_and_a_shared_blob_outlives_its_first_holder(tm
 def test_a_killed_holder_is_released_by_the_next_process(tmp_path: Path) -> None:
     """A process that reserved, downloaded half a file and was killed: its reservation and files
     (the partial ``.incomplete`` one too) go at the next ledger access."""
-    code = ("import os, signal, sys; from pathlib import Path\n"
-            "from sweep.extension.disk import DiskLedger, repo_cache; from sweep.extension.listing import HubFile\n"
-            "cache = Path(sys.argv[1]); blobs = repo_cache(cache, 'org/model') / 'blobs'\n"
-            "want = [('d' * 40, HubFile(f'k{i}.safetensors', n, f'k{i}'.ljust(64, '0'))) for i, n in ((0, 300), (1, 200))]\n"
-            "with DiskLedger(cache, 1000).hold('org/model', want, 'k'):\n"
-            "    blobs.mkdir(parents=True); (blobs / want[0][1].blob).write_bytes(b'x' * 300)\n"
-            "    (blobs / (want[1][1].blob + '.incomplete')).write_bytes(b'x')\n"
-            "    os.kill(os.getpid(), signal.SIGKILL)\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    def killed_mid_download() -> None:  # in a forked child: no imports to pay for
+        want = [("d" * 40, f) for f in files("k", [300, 200])]
+        with DiskLedger(tmp_path, 1000).hold(REPO, want, "k"):
+            fake_download(tmp_path, *want[0])
+            (repo_cache(tmp_path, REPO) / "blobs" / (want[1][1].blob + ".incomplete")).write_bytes(b"x")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    child = multiprocessing.get_context("fork").Process(target=killed_mid_download)
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == -signal.SIGKILL
     assert len(json.loads((tmp_path / LEDGER).read_text())["holders"]) == 1
     ledger = DiskLedger(tmp_path, 1000)
     assert ledger.used() == 0 and ledger.state()["holders"] == {}
     assert list((repo_cache(tmp_path, REPO) / "blobs").iterdir()) == []
+    assert not list((repo_cache(tmp_path, REPO) / "snapshots").rglob("*.safetensors"))
 
 
 # --- end to end: python -m sweep.extension against the local Hub ------------------------------
