@@ -196,7 +196,7 @@ def streaming(model: nn.Module, files: WeightFiles, input_ids: Tensor) -> Iterat
             full = f"{base_name}.{name}".strip(".")
             names = [f"{full}.{k}" if full else k for k in own]
             if names:
-                load_direct(module, names, full, files, prefix, device, buffer_names)
+                _load_own(module, names, full, files, prefix, device, buffer_names)
         found = files.resolve(embed_weight, prefix)
         if found is None:
             raise ValueError(f"the weight files lack the input embedding {embed_weight}")
@@ -204,7 +204,7 @@ def streaming(model: nn.Module, files: WeightFiles, input_ids: Tensor) -> Iterat
         for block in blocks:
             name = where[id(block)]
             pre = block.register_forward_pre_hook(
-                lambda m, _args, n=name: load_direct(m, _names(m, n), n, files, prefix, device, buffer_names))
+                lambda m, _args, n=name: _load_own(m, _names(m, n), n, files, prefix, device, buffer_names))
             post = block.register_forward_hook(lambda m, _args, _out: _to_meta(m))
             stack.callback(pre.remove)
             stack.callback(post.remove)
@@ -222,7 +222,7 @@ def _ancestors(root: nn.Module, name: str) -> list[nn.Module]:
     return out
 
 
-def load_direct(module: nn.Module, names: list[str], name_of: str, files: WeightFiles, prefix: str,
+def _load_own(module: nn.Module, names: list[str], name_of: str, files: WeightFiles, prefix: str,
                 device: torch.device, buffer_names: set[str]) -> None:
     """Read ``module``'s own tensors (``names``, full state-dict names) into it; a parameter the
     files lack is an error, a persistent buffer they lack keeps its initial value."""
@@ -235,7 +235,8 @@ def load_direct(module: nn.Module, names: list[str], name_of: str, files: Weight
         elif full not in buffer_names:
             missing.append(full)
     if missing:
-        raise ValueError(f"the weight files lack {', '.join(missing[:4])}")
+        raise ValueError(f"the weight files lack {', '.join(missing[:4])} (--probe-mode whole loads through "
+                         "from_pretrained, which knows older names)")
     module.load_state_dict(files.read(wanted, device), strict=False, assign=True)
 
 
