@@ -53,7 +53,7 @@ from metrics.columns import ACTIVATION_INPUTS, FLOAT
 from metrics.hf_arch import SUPPORTED_MODEL_TYPES, adapter_for
 from metrics.probe import activation_columns
 
-__all__ = ["CAPTURE_IMPLEMENTATION", "PROBE_DTYPE", "SUPPORTED_MODEL_TYPES", "probe_hf_model"]
+__all__ = ["CAPTURE_IMPLEMENTATION", "PROBE_DTYPE", "SUPPORTED_MODEL_TYPES", "probe_hf_model", "probe_pass"]
 
 CAPTURE_IMPLEMENTATION = "qkgeom_capture"
 
@@ -194,6 +194,14 @@ def probe_hf_model(model: nn.Module, input_ids: Tensor) -> list[dict[str, float]
     """
     if any(p.is_floating_point() and p.dtype != PROBE_DTYPE for p in model.parameters()):
         model.to(PROBE_DTYPE)
+    return probe_pass(model, lambda: _forward(model, input_ids))
+
+
+@torch.no_grad()
+def probe_pass(model: nn.Module, run: Callable[[], object]) -> list[dict[str, float]]:
+    """The rows of ``probe_hf_model`` for whatever pass ``run()`` makes through ``model`` (float32
+    weights): the capture is installed around it. ``metrics.hf_stream`` runs the base model with
+    its decoder blocks read from disk one at a time; ``probe_hf_model`` runs the whole model."""
     dtype = str(PROBE_DTYPE).removeprefix("torch.")
     wanted = [m.name for m in columns.LAYER_COLUMNS if m.side == "activation" and m.kind == FLOAT]
     rows: list[dict[str, float]] = []
@@ -213,7 +221,7 @@ def probe_hf_model(model: nn.Module, input_ids: Tensor) -> list[dict[str, float]
         rows.extend({"layer": layer} for layer in range(n_layers))
         pending.extend({} for _ in range(n_layers))
         dims.extend({} for _ in range(n_layers))
-        _forward(model, input_ids)
+        run()
     heads = adapter_for(model.config.model_type).heads(model.config)
     for row, got, seen in zip(rows, pending, dims, strict=True):
         for name, want in (("q", heads.q_dim), ("k", heads.k_dim)):

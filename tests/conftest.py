@@ -17,7 +17,8 @@ python block of README.md and docs/*.md runs). Helpers shared by several files a
 (``helpers.py``, ``store_helpers.py``, ``intervention_helpers.py``, ``extension_helpers.py``,
 ``sweep_helpers.py``, ``hf_trace_helpers.py``, ``s3_server.py``, ``plugin_toy.py``,
 ``probe_helpers.py``: today's per-layer probe, the batched probe's reference;
-``probe_pack_helpers.py``: random tiny GPTs, a pack stacked from plain GPTs, row comparison).
+``probe_pack_helpers.py``: random tiny GPTs, a pack stacked from plain GPTs, row comparison;
+``hub_server.py``: a local Hugging Face Hub serving checkpoint revisions from disk).
 
 Hygiene: environment variables change only through ``monkeypatch`` or the fixtures below
 (restored after); no test asserts a wall-clock time (timing targets belong to bench/).

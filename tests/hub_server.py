@@ -1,6 +1,7 @@
-"""A throw-away Hugging Face Hub on 127.0.0.1 for tests: the parts of its HTTP API that
-``huggingface_hub`` (2.4) calls for ``list_repo_refs``, ``list_repo_files`` and
-``snapshot_download``, serving repositories held in memory.
+"""A throw-away Hugging Face Hub on 127.0.0.1 for tests and bench/checkpoint_scale.py: the parts of
+its HTTP API that ``huggingface_hub`` (2.4) calls for ``list_repo_refs``, ``list_repo_files``,
+``model_info(files_metadata=True)``, ``hf_hub_download`` and ``snapshot_download``, serving
+repositories held in memory or on disk.
 
     repo = HubRepo("EleutherAI/pythia-70m", {"step0": {"config.json": b"..."}, ...})
     with hub_server([repo], fail_once=[("HEAD", r"/resolve/.*/model\\.safetensors$")]) as hub:
@@ -11,12 +12,17 @@
 Routes (``{rev}`` is a branch name or a commit hash, URL-quoted):
 
 - ``GET /api/models/{repo}/refs``: branches (``name``, ``ref``, ``targetCommit``), no tags;
-- ``GET /api/models/{repo}/revision/{rev}``: model info (``id``, ``sha``, ``siblings``);
+- ``GET /api/models/{repo}/revision/{rev}``: model info (``id``, ``sha``, ``siblings``); with
+  ``?blobs=true`` (``model_info(files_metadata=True)``) each sibling adds ``size``, ``blobId`` and
+  ``lfs`` (``sha256``, ``size``) for LFS files, as the Hub does;
 - ``GET /api/models/{repo}/tree/{rev}[/{path}]``: the file list (``type``, ``path``, ``size``,
   ``oid``, ``lfs`` with the sha256 for weight files), one page;
 - ``HEAD``/``GET /{repo}/resolve/{rev}/{file}``: headers ``X-Repo-Commit``, ``ETag`` (the sha256
   for weight files, as the Hub gives for LFS files, else the git blob sha1) and
   ``Content-Length``; GET adds the bytes.
+
+A file's content is ``bytes`` or a ``Path`` on disk (served in chunks, hashed once: the
+benchmark's 1 GB revisions are not held in memory).
 
 A revision in ``HubRepo.missing`` is listed among the branches but answers 404 with
 ``X-Error-Code: RevisionNotFound`` everywhere (a branch deleted between listing and fetching);
@@ -34,8 +40,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 #: Files the Hub stores through LFS: their ETag is the sha256 of the bytes.
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".h5", ".msgpack")
@@ -50,12 +58,42 @@ def git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+Content = bytes | Path
+
+
+@cache
+def _file_sha256(path: Path, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def content_size(data: Content) -> int:
+    return data.stat().st_size if isinstance(data, Path) else len(data)
+
+
+def content_sha256(data: Content) -> str:
+    if isinstance(data, Path):
+        st = data.stat()
+        return _file_sha256(data, st.st_size, st.st_mtime_ns)
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_oid(data: Content) -> str:
+    """The git blob id: of the bytes for small files, of an LFS pointer for files on disk."""
+    if isinstance(data, Path):
+        return git_blob_sha1(f"oid sha256:{content_sha256(data)}\nsize {content_size(data)}\n".encode())
+    return git_blob_sha1(data)
+
+
 @dataclass
 class HubRepo:
-    """One model repository: ``{branch: {file path: bytes}}``; ``missing`` branches answer 404."""
+    """One model repository: ``{branch: {file path: bytes or a Path}}``; ``missing`` branches answer 404."""
 
     repo_id: str
-    branches: dict[str, dict[str, bytes]]
+    branches: dict[str, dict[str, Content]]
     missing: set[str] = field(default_factory=set)
 
     def resolve(self, rev: str) -> str | None:
@@ -90,14 +128,18 @@ def _handler(repos: dict[str, HubRepo], fail_once: list[tuple[str, re.Pattern]],
         def do_GET(self) -> None:
             self._serve(body=True)
 
-        def _send(self, status: int, headers: dict[str, str], data: bytes, body: bool) -> None:
+        def _send(self, status: int, headers: dict[str, str], data: Content, body: bool) -> None:
             with lock:
                 log.append((self.command, urlsplit(self.path).path, status))
             self.send_response(status)
-            for k, v in {**headers, "Content-Length": str(len(data))}.items():
+            for k, v in {**headers, "Content-Length": str(content_size(data))}.items():
                 self.send_header(k, v)
             self.end_headers()
-            if body:
+            if body and isinstance(data, Path):
+                with open(data, "rb") as f:
+                    while chunk := f.read(1 << 22):
+                        self.wfile.write(chunk)
+            elif body:
                 self.wfile.write(data)
 
         def _error(self, status: int, code: str | None, body: bool) -> None:
@@ -119,7 +161,8 @@ def _handler(repos: dict[str, HubRepo], fail_once: list[tuple[str, re.Pattern]],
             if hit is not None:
                 return self._error(503, None, body)
             if m := re.fullmatch(r"/api/models/(.+?)/(refs|revision|tree)(?:/([^/]+)(?:/(.*))?)?", path):
-                return self._api(m.group(1), m.group(2), unquote(m.group(3) or ""), body)
+                blobs = [v.lower() for v in parse_qs(urlsplit(self.path).query).get("blobs", [])] == ["true"]
+                return self._api(m.group(1), m.group(2), unquote(m.group(3) or ""), body, blobs)
             if m := re.fullmatch(r"/(.+?)/resolve/([^/]+)/(.+)", path):
                 return self._resolve(m.group(1), unquote(m.group(2)), unquote(m.group(3)), body)
             return self._error(404, None, body)
@@ -135,7 +178,7 @@ def _handler(repos: dict[str, HubRepo], fail_once: list[tuple[str, re.Pattern]],
                 return None
             return repo, branch
 
-        def _api(self, repo_id: str, what: str, rev: str, body: bool) -> None:
+        def _api(self, repo_id: str, what: str, rev: str, body: bool, blobs: bool = False) -> None:
             if what == "refs":
                 repo = repos.get(repo_id)
                 if repo is None:
@@ -149,13 +192,14 @@ def _handler(repos: dict[str, HubRepo], fail_once: list[tuple[str, re.Pattern]],
             repo, branch = found
             files = repo.branches[branch]
             if what == "revision":
+                siblings = [_sibling(f, data) if blobs else {"rfilename": f} for f, data in sorted(files.items())]
                 return self._json({"id": repo_id, "sha": commit_of(repo_id, branch), "private": False,
-                                   "siblings": [{"rfilename": f} for f in sorted(files)]}, body)
+                                   "siblings": siblings}, body)
             entries = []
             for name, data in sorted(files.items()):
-                entry = {"type": "file", "path": name, "size": len(data), "oid": git_blob_sha1(data)}
+                entry = {"type": "file", "path": name, "size": content_size(data), "oid": content_oid(data)}
                 if name.endswith(LFS_SUFFIXES):
-                    entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                    entry["lfs"] = {"oid": content_sha256(data), "size": content_size(data), "pointerSize": 134}
                 entries.append(entry)
             return self._json(entries, body)
 
@@ -167,12 +211,20 @@ def _handler(repos: dict[str, HubRepo], fail_once: list[tuple[str, re.Pattern]],
             data = repo.branches[branch].get(name)
             if data is None:
                 return self._error(404, "EntryNotFound", body)
-            etag = hashlib.sha256(data).hexdigest() if name.endswith(LFS_SUFFIXES) else git_blob_sha1(data)
+            etag = content_sha256(data) if name.endswith(LFS_SUFFIXES) else content_oid(data)
             headers = {"X-Repo-Commit": commit_of(repo_id, branch), "ETag": f'"{etag}"',
                        "Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"}
             return self._send(200, headers, data, body)
 
     return Handler
+
+
+def _sibling(name: str, data: Content) -> dict:
+    """A ``siblings`` entry with ``blobs=true``: size, git blob id, and the LFS sha256 for weights."""
+    out = {"rfilename": name, "size": content_size(data), "blobId": content_oid(data)}
+    if name.endswith(LFS_SUFFIXES):
+        out["lfs"] = {"sha256": content_sha256(data), "size": content_size(data), "pointerSize": 134}
+    return out
 
 
 @contextmanager

@@ -44,3 +44,41 @@ def test_exit_status_and_fit_warnings_without_ray() -> None:
     assert after == [after[0]] and "series long has 1 ok revision(s) after this run" in after[0]
     with pytest.raises(ValueError, match="architecture 'gemma2' has no probe adapter; supported: gpt2"):
         Series("x", "a/b", "gemma2", r"step\d+", 1)
+
+
+def test_large_series_flags_and_their_bad_values(capsys) -> None:
+    """--disk-budget and --memory-per-actor take sizes, --probe-mode a mode; a bad value is one line and
+    exit 2; the large series are there by name and not in the default selection."""
+    from sweep.extension.checkpoint_series import SERIES, default_series
+    from sweep.extension.cli import main, settings_from_args
+
+    args = parse_args(["--disk-budget", "40GB", "--memory-per-actor", "12GiB", "--probe-mode", "streamed"])
+    probe = settings_from_args(args).probe
+    assert (probe.disk_budget, probe.memory_per_actor, probe.probe_mode) == (40 * 10**9, 12 * 2**30, "streamed")
+    assert parse_args([]).probe_mode == "auto" and parse_args([]).disk_budget is None
+    for argv, flag in ((["--disk-budget", "12XB"], "--disk-budget"), (["--probe-mode", "half"], "--probe-mode"),
+                       (["--memory-per-actor", "0GB"], "--memory-per-actor")):
+        with pytest.raises(SystemExit) as bad:
+            main(argv)
+        assert bad.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and flag in err, err
+    assert "pythia-12b" in SERIES and "pythia-12b" not in default_series() and "pythia-70m" in default_series()
+
+
+def test_dry_run_plans_without_ray_or_downloads(revisions, tmp_path, capsys) -> None:
+    """--dry-run prints each revision's plan (local folders: no listing) and starts no Ray (an unmarked
+    test that started Ray would fail, tests/conftest.py); nothing is written to the store."""
+    import json
+
+    from extension_helpers import manifest_for
+
+    from sweep.extension.cli import main
+
+    (tmp_path / "m.json").write_text(json.dumps(manifest_for(revisions, ["llama"], prefix="dry")))
+    assert main(["--manifest", str(tmp_path / "m.json"), "--store", str(tmp_path / "store"), "--dry-run",
+                 "--probe-mode", "streamed", "--disk-budget", "1GB", "--seq-len", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "dry-llama@local-step1000: local folder, probe streamed, task memory" in out
+    assert "[extension] 2 to probe, 0 duplicate(s) found before download, 0 refused" in out
+    assert not (tmp_path / "store").exists()

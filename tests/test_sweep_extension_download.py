@@ -162,7 +162,7 @@ def test_extension_lists_downloads_and_probes_a_hub_series(pythia_repo, tmp_path
         hits = [s for m, p, s in hub.requests if m == method and re.search(pattern, p)]
         assert hits[:2] == [503, 200], (pattern, hits)
     missing = [(m, p, s) for m, p, s in hub.requests if "step3000" in p]
-    assert missing == [("GET", f"/api/models/{REPO}/tree/step3000", 404)]
+    assert missing == [("GET", f"/api/models/{REPO}/revision/step3000", 404)]  # listed once, before download
     # downloaded into the given cache: one snapshot per fetched revision, pickles only where no safetensors
     snapshots = cache / f"models--{REPO.replace('/', '--')}" / "snapshots"
     assert {p.name for p in snapshots.iterdir()} == {commit_of(REPO, f"step{s}") for s in (0, 1000, 2000)}
@@ -177,7 +177,7 @@ def test_an_unsupported_hub_revision_is_refused_from_its_config_alone(pythia_rep
     odd["config.json"] = json.dumps({**json.loads(odd["config.json"]), "model_type": "bert"}).encode()
     other = HubRepo("someone/bert-series", {"step0": odd})
     code = ("import sys; from sweep.extension.revision_probe import RevisionError, fetch_revision\n"
-            "try:\n    fetch_revision('someone/bert-series', 'step0', sys.argv[1], retries=1)\n"
+            "try:\n    fetch_revision('someone/bert-series', 'step0', sys.argv[1])\n"
             "except RevisionError as exc:\n    print(exc)\n")
     with hub_server([other]) as hub:
         proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], cwd=ROOT, capture_output=True,

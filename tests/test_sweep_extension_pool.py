@@ -1,12 +1,19 @@
-"""sweep/extension/pool.py (and ``python -m sweep.extension`` driving it) on a throw-away Ray cluster, with tiny local models standing in for revisions."""
+"""sweep/extension/pool.py (and ``python -m sweep.extension`` driving it) on a throw-away Ray cluster, with
+tiny local models standing in for revisions. Probes that kill their worker or record when they ran are
+functions of this module, shipped to the workers by value."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import ray
+import ray.cloudpickle
 from extension_helpers import N_SEQS, SEQ_LEN, STEPS, TEXT, manifest_for
 
 from sweep.extension import Pool, main, run_extension, summarize
@@ -20,6 +27,7 @@ from sweep.store import Store
 from sweep.store.schema import CHECKPOINT_METRICS, CHECKPOINTS, SCHEMA_VERSION
 
 pytestmark = pytest.mark.ray
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the probes below run in Ray workers
 
 
 @pytest.fixture(scope="module")
@@ -107,42 +115,53 @@ def test_missing_path_is_recorded_as_failed_and_others_complete(pool, store, rev
     assert sorted(r.status for r in rerun) == ["failed", "skipped", "skipped"]
 
 
-def test_killed_actor_restarts_and_run_completes_without_duplicates(pool, store, revisions) -> None:
-    jobs = jobs_from_manifest(parse_manifest(manifest_for(revisions, prefix="kill")))
-    killed = []
-
-    def kill_once(_result) -> None:
-        if not killed:  # the other actor is mid-revision now
-            for actor in pool.actors:
-                ray.kill(actor, no_restart=False)
-            killed.append(True)
-
-    results = pool.run(jobs, on_result=kill_once)
-    assert killed
-    assert sorted((r.series, r.revision) for r in results) == sorted((j.series, j.revision) for j in jobs)
-    assert all(r.status == "ok" for r in results), [r.reason for r in results]
-    assert len({r.pid for r in results}) > 2  # revisions after the kill ran in restarted processes
-    _check_rows(store, revisions, list(STEPS), "kill")
-
-
-def test_jobs_fail_cleanly_when_no_actor_can_run(cluster, revisions, tmp_path) -> None:
-    jobs = [Job("dead-olmo", f"local-step{s}", None, path, s, s, 1.0) for s, path in revisions["olmo"]]
-    with Pool(settings(tmp_path), TEXT, n_actors=1, max_attempts=2) as lone:
-        ray.kill(lone.actors[0], no_restart=True)  # dead for good
-        results = lone.run(jobs)
-    assert [r.status for r in results] == ["failed", "failed"]
-    assert all("no probe actor is alive" in r.reason for r in results)
-    assert rows(tmp_path, "dead")["status"].tolist() == ["failed", "failed"]
+def test_copies_take_the_probed_rows_or_are_probed_when_it_fails(pool, store, revisions, tmp_path) -> None:
+    """A revision with the same weight files as a probed one gets its rows (its own identity, status
+    duplicate_of); when the probed one fails, the copy is probed instead."""
+    _, folder = revisions["gpt_neox"][1]
+    head = Job("copy-neox", "local-step1000", None, folder, 1000, 1000, 1.0)
+    dup = Job("copy-neox", "local-step0", None, folder, 0, 0, 0.0)
+    results = pool.run([head], copies={("copy-neox", "local-step1000"): [dup]})
+    assert [(r.revision, r.status) for r in results] == [("local-step1000", "ok"), ("local-step0", "duplicate")]
+    df = rows(store, "copy")
+    a, b = (df[df["revision"] == r].reset_index(drop=True) for r in ("local-step1000", "local-step0"))
+    assert (b["status"] == "duplicate_of:local-step1000").all() and (b["step"] == 0).all()
+    assert a[list(CHECKPOINT_METRICS)].equals(b[list(CHECKPOINT_METRICS)])
+    bad = Job("copy2-neox", "local-step1000", None, str(tmp_path / "nope"), 1000, 1000, 1.0)
+    results = pool.run([bad], copies={("copy2-neox", "local-step1000"): [dup]})
+    assert [(r.revision, r.status) for r in results] == [("local-step1000", "failed"), ("local-step0", "ok")]
 
 
-def test_actor_lost_for_good_after_a_revision_exhausts_attempts(cluster, revisions, tmp_path) -> None:
-    jobs = [Job("gone-olmo", f"local-step{s}", None, path, s, s, 1.0) for s, path in revisions["olmo"]]
-    with Pool(settings(tmp_path), TEXT, n_actors=1, max_attempts=1) as lone:
-        results = lone.run(jobs, on_result=lambda r: ray.kill(lone.actors[0], no_restart=True))
-    first, second = results
-    assert first.status == "ok"
-    assert second.status == "failed" and second.reason.startswith("actor died 1 times")
-    assert sorted(rows(tmp_path, "gone")["status"]) == ["failed", "ok", "ok"]  # 2 layers + 1 failed row
+def timed(log: Path):
+    """A probe that records when it ran (start, end) in ``log`` and probes nothing."""
+
+    def probe(job, text, settings, device):
+        start = time.time()
+        time.sleep(0.6)
+        with open(log, "a") as f:
+            f.write(json.dumps([job.revision, start, time.time()]) + "\n")
+        return [{"layer": 0, **dict.fromkeys(CHECKPOINT_METRICS, 1.0), "dtype": "float32"}]
+
+    return probe
+
+
+def test_each_task_asks_for_its_revision_memory(cluster, tmp_path) -> None:
+    """Three revisions that each need 60 % of the node's memory run one after another although three
+    may run at once by CPU; three small ones overlap."""
+    from dataclasses import replace
+
+    node = ray.cluster_resources()["memory"]
+    small = [Job("mem", f"step{i}", None, "/x", i, i, 1.0, memory=int(0.1 * node)) for i in range(3)]
+    big = [replace(j, series="big", memory=int(0.6 * node)) for j in small]
+    spans = {}
+    for name, jobs in (("small", small), ("big", big)):
+        log = tmp_path / f"{name}.jsonl"
+        with Pool(settings(tmp_path / name), TEXT, n_actors=3, probe=timed(log)) as pool:
+            assert [r.status for r in pool.run(jobs)] == ["ok"] * 3
+            assert {r.memory for r in pool.run(jobs[:1])} == {jobs[0].memory}
+        spans[name] = sorted(tuple(json.loads(line)[1:]) for line in log.read_text().splitlines())[:3]
+    overlaps = lambda s: [b[0] < a[1] for a, b in zip(s, s[1:], strict=False)]  # noqa: E731
+    assert not any(overlaps(spans["big"])) and any(overlaps(spans["small"]))
 
 
 def test_cli_runs_a_manifest_then_skips_it(cluster, revisions, tmp_path, capsys) -> None:
@@ -201,14 +220,43 @@ def test_cli_exit_status_and_closing_summary(cluster, revisions, tmp_path, capsy
     assert capsys.readouterr().err.strip() == "python -m sweep.extension: error: --n-seqs must be >= 1, got 0"
 
 
-def test_actors_take_no_object_store_constructor_arguments(cluster, tmp_path) -> None:
-    """The probe text travels with each call, not to the restartable actors' constructor, so Ray's
-    core worker logs no error-level "constructor arguments in the object store" line (it did when
-    the pool handed the actors a ``ray.put`` ref)."""
-    from pathlib import Path as P
+# --- workers killed (last: each restart costs a worker start) ------------------------------
 
-    with Pool(settings(tmp_path), TEXT, n_actors=1) as lone:
-        ray.get(lone.actors[0].__ray_ready__.remote())
-    logs = P(ray._private.worker.global_worker.node.get_logs_dir_path())
-    (driver_log,) = logs.glob(f"python-core-driver-*_{__import__('os').getpid()}.log")
-    assert "constructor arguments in the object store" not in driver_log.read_text()
+
+def kill_once(marker_dir: Path, revision: str):
+    """A probe that SIGKILLs its worker the first time it meets ``revision``, then probes."""
+    from sweep.extension.revision_probe import probe_revision
+
+    def probe(job, text, settings, device):
+        marker = marker_dir / f"{job.series}-{job.revision}"
+        if job.revision == revision and not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return probe_revision(job, text, settings, device)
+
+    return probe
+
+
+def always_kill(job, text, settings, device):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_killed_worker_costs_one_retry_and_the_run_completes_without_duplicates(
+        cluster, store, revisions, tmp_path) -> None:
+    """Worker restarts cost seconds each: one series, its middle revision's worker killed once."""
+    jobs = jobs_from_manifest(parse_manifest(manifest_for(revisions, ["gpt2"], prefix="kill")))
+    with Pool(settings(store), TEXT, n_actors=2, probe=kill_once(tmp_path, "local-step100")) as pool:
+        results = pool.run(jobs)
+    assert sorted((r.series, r.revision) for r in results) == sorted((j.series, j.revision) for j in jobs)
+    assert all(r.status == "ok" for r in results), [r.reason for r in results]
+    assert [p.name for p in tmp_path.iterdir()] == ["kill-gpt2-local-step100"]  # it was killed, and retried
+    _check_rows(store, revisions, ["gpt2"], "kill")
+
+
+def test_a_revision_that_kills_every_worker_fails_after_max_attempts(cluster, revisions, tmp_path) -> None:
+    jobs = [Job("dead-olmo", "local-step0", None, revisions["olmo"][0][1], 0, 0, 1.0)]
+    with Pool(settings(tmp_path), TEXT, n_actors=1, max_attempts=2, probe=always_kill) as lone:
+        results = lone.run(jobs)
+    assert [r.status for r in results] == ["failed"]
+    assert results[0].reason.startswith("worker died 2 times"), results[0].reason
+    assert rows(tmp_path, "dead")["status"].tolist() == ["failed"]

@@ -49,37 +49,51 @@ def test_progress_is_scaled_within_each_series(revisions) -> None:
 
 
 def test_fetch_revision_files_and_errors(monkeypatch, tmp_path) -> None:
+    """One listing (model_info with files_metadata), then config.json alone, checked, then the rest by
+    commit; pickles left out while safetensors exist; a missing revision fails at once, a flaky hub
+    is tried ``HUB_TRIES`` times."""
     import huggingface_hub
     from huggingface_hub.errors import RevisionNotFoundError
+    from huggingface_hub.hf_api import BlobLfsInfo, RepoSibling
 
+    commit = "c" * 40
+    siblings = [RepoSibling("config.json", 30, "1" * 40), RepoSibling("tokenizer.json", 10, "2" * 40),
+                RepoSibling("model.safetensors", 100, "3" * 40, BlobLfsInfo(100, "a" * 64, 134)),
+                RepoSibling("pytorch_model.bin", 100, "4" * 40, BlobLfsInfo(100, "b" * 64, 134))]
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo, revision, files_metadata: (
+        SimpleNamespace(sha=commit, siblings=siblings)))
     calls = []
-    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files",
-                        lambda self, repo, revision: ["config.json", "model.safetensors", "pytorch_model.bin"])
-    monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        lambda repo, **kw: calls.append((repo, kw)) or str(tmp_path))
-    assert fetch_revision("a/b", "step1", "/cache") == str(tmp_path)
-    (repo, first), (_, kw) = calls  # config.json alone first, checked, then the rest
-    assert first["allow_patterns"] == ["config.json"]
-    assert (repo, kw["revision"], kw["cache_dir"]) == ("a/b", "step1", "/cache")
-    assert "*.safetensors" in kw["allow_patterns"] and "*.bin" not in kw["allow_patterns"]
 
-    def missing(self, repo, revision):
-        raise RevisionNotFoundError("404", response=SimpleNamespace(headers={}, request=None))
+    def download(repo, name, revision, cache_dir):
+        calls.append((repo, name, revision, cache_dir))
+        path = tmp_path / "snap" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text('{"model_type": "llama"}' if name == "config.json" else "x")
+        return str(path)
 
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", missing)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    assert fetch_revision("a/b", "step1", "/cache") == str(tmp_path / "snap")
+    assert calls[0] == ("a/b", "config.json", commit, "/cache")  # alone first, checked, then the rest
+    assert sorted(c[1] for c in calls[1:]) == ["model.safetensors", "tokenizer.json"]  # no pickle
+
+    def missing(self, repo, revision, files_metadata):
+        import httpx2
+
+        raise RevisionNotFoundError("404", response=httpx2.Response(404, request=httpx2.Request("GET", "http://h/x")))
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", missing)
     with pytest.raises(RevisionError, match="revision 'step9' does not exist in a/b"):
         fetch_revision("a/b", "step9", None)
 
     tries = []
-    def flaky(self, repo, revision):
+    def flaky(self, repo, revision, files_metadata):
         tries.append(1)
         raise ConnectionError("reset")
 
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", flaky)
-    monkeypatch.setattr("sweep.extension.revision_probe.time.sleep", lambda s: None)
-    with pytest.raises(RevisionError, match="after 3 tries: reset"):
-        fetch_revision("a/b", "step1", None, retries=3)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", flaky)
+    monkeypatch.setattr("sweep.extension.hub.time.sleep", lambda s: None)
+    with pytest.raises(RevisionError, match="could not list a/b@step1: ConnectionError: reset"):
+        fetch_revision("a/b", "step1", None)
     assert len(tries) == 3
 
 

@@ -1,4 +1,4 @@
-"""Checkpoint extension (SPEC §7): probe public checkpoint series with a pool of Ray actors.
+"""Checkpoint extension (SPEC §7): probe public checkpoint series as Ray tasks, each sized by its revision.
 
 ``python -m sweep.extension --series pythia-70m --revisions 8 --store runs/store``
 or ``--manifest FILE`` (see ``sweep.extension.checkpoint_series``). Each revision becomes
@@ -6,16 +6,18 @@ one file ``checkpoints/{series}/{revision}.parquet`` in the store: one row per
 layer with status ``ok``, or one row with status ``failed``, a reason and a
 null layer.
 
-The pool: one actor per slot, each holding one in-flight revision; the driver
-keeps a dict of in-flight refs and loops on ``ray.wait``, so a dead actor costs
-one retry, not the run (``ActorPool.map_unordered`` stops at the first
-``ActorDiedError``). A slot gets work only once its actor is placed and
-constructed, so actors still waiting for resources hold no revision. Actors
-restart without limit (``max_restarts=-1``); Ray retries a task whose actor
-died up to ``TASK_RETRIES`` times and the driver then resubmits it, up to
-``--max-attempts`` times, so a revision that kills its actor every time (e.g.
-out of memory) ends as ``failed`` instead of looping forever. Store writes
-replace the revision's file, so a retried revision never duplicates rows.
+Before any download the driver plans the revisions (``plan``): each hub revision is
+listed once (files, sizes, sha256), refused in one line when it cannot be probed, given a
+probe mode (the whole model, or one decoder block at a time when the whole model does not
+fit an actor's memory) and the memory its task asks Ray for; revisions with the same weight
+files as another are its copies and are never downloaded.
+
+The pool: each revision is one Ray task asking for its own memory; at most ``--actors`` run at
+once, and Ray starts each on a node with room for it. A task whose worker died (killed, out of
+memory, node lost) is resubmitted by the driver, up to ``--max-attempts`` times, then recorded
+as ``failed``. Store writes replace the revision's file, so a retried revision never
+duplicates rows. With ``--disk-budget`` a revision is downloaded, probed and deleted again,
+within a budget that the probes sharing a hub cache share (``disk``).
 Rerunning skips revisions whose rows are ``ok`` (``--force`` redoes them);
 failed revisions are tried again. Exit status: 0 when every revision was probed,
 1 when some failed (the closing summary names each with its reason), 2 for bad
@@ -30,8 +32,9 @@ special tokens, at positions 0..T−1.
 
 One module per idea: ``checkpoint_series`` (the series registry, revision
 selection, manifests), ``revision_probe`` (one revision: download, load, probe,
-rows), ``integrity`` (weights value digests, duplicate revisions), ``hub`` (which hub errors are retried), ``pool`` (the Ray
-actor pool), ``cli`` (``python -m sweep.extension``; ``probe_checkpoints`` is it as a function) and ``tiny_series`` (a tiny
+rows), ``integrity`` (weights value digests, duplicate revisions), ``hub`` (which hub errors are retried),
+``listing`` (a hub revision's files before download), ``plan`` (what each revision needs, duplicates by
+file sha256), ``disk`` (the disk budget), ``pool`` (the Ray tasks), ``cli`` (``python -m sweep.extension``; ``probe_checkpoints`` is it as a function) and ``tiny_series`` (a tiny
 offline GPT-2 series to probe; ``python -m sweep.tiny_series``). The names below
 are the package's API; its modules import each other directly, never through here.
 """

@@ -64,6 +64,8 @@ class Series:
     #: probe only this revision (no branch listing)
     endpoint_only: str | None = None
     doc: str = ""
+    #: in the default selection (``--series`` not given): the paper's series; the large ones only by name
+    default: bool = True
 
     def __post_init__(self) -> None:
         if self.architecture not in SUPPORTED_MODEL_TYPES:
@@ -86,6 +88,15 @@ SERIES: dict[str, Series] = {
                 "1024 × 2048 tokens per step; partial rotary (25 %).",
             )
             for size in ("70m", "160m", "410m")
+        ),
+        *(
+            Series(
+                f"pythia-{size}", f"EleutherAI/pythia-{size}", "gpt_neox", r"step\d+", 2_097_152,
+                doc=f"Pythia {size.upper()}: 154 revisions like the small ones; 1024 × 2048 tokens per step. "
+                "Large (docs/checkpoints.md, 'Large series'): only by name.",
+                default=False,
+            )
+            for size in ("1.4b", "2.8b", "6.9b", "12b")
         ),
         Series(
             "smollm2-135m", "HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints", "llama",
@@ -370,3 +381,8 @@ def _parse_revision(r: Any, where: str, base_dir: str | Path | None) -> Revision
         rev, repo=repo, path=path, tokens=_optional_count(r, "tokens", where),
         step=parse_step(rev) if step is None else step,
     )
+
+
+def default_series() -> list[str]:
+    """The series probed when none is named: the paper's (``Series.default``)."""
+    return [name for name, s in SERIES.items() if s.default]

@@ -1,4 +1,4 @@
-"""Checkpoint extension (SPEC §7): probe public checkpoint series with a pool of Ray actors.
+"""Checkpoint extension (SPEC §7): probe public checkpoint series as Ray tasks, each sized by its revision.
 
 The command line of the extension; the pool is sweep/extension/pool.py. Exit status:
 0 every revision was probed (now or in an earlier run); 1 some revision failed (the
@@ -36,11 +36,13 @@ from sweep.extension.checkpoint_series import (
     SERIES,
     Manifest,
     build_manifest,
+    default_series,
     load_manifest,
     write_manifest,
 )
 from sweep.extension.pool import JobResult, format_summary, run_extension, summarize
 from sweep.extension.revision_probe import (
+    PROBE_MODES,
     ProbeSettings,
 )
 from sweep.ray_env import absolute_uri, init_ray, node_gpus
@@ -65,12 +67,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--manifest", help="JSON manifest of revisions (see sweep/extension/checkpoint_series.py)")
     src.add_argument("--series", type=name_list, nargs="+", metavar="NAME",
-                     help=f"series from the registry, a,b or a b (default: all): {', '.join(SERIES)}")
+                     help=f"series from the registry, a,b or a b (default: the paper's, {', '.join(default_series())}"
+                     f"): {', '.join(SERIES)}")
     p.add_argument("--revisions", type=int, default=DEFAULT_REVISIONS,
                    help="revisions per series, log-uniform over training (endpoint-only series: 1)")
     p.add_argument("--write-manifest", metavar="FILE", help="save the manifest used, for a rerun")
     p.add_argument("--store", default=DEFAULT_STORE, help="Parquet store root: a path or s3://bucket/prefix")
-    p.add_argument("--actors", type=int, default=2, help="probe actors (>= 1)")
+    p.add_argument("--actors", type=int, default=2, help="revisions probed at once, each a Ray task (>= 1)")
     p.add_argument("--gpus-per-actor", type=float, default=None,
                    help="GPUs per actor, 0..one node's GPUs (default 0.25 when the cluster has GPUs, else 0)")
     p.add_argument("--cpus-per-actor", type=float, default=1.0,
@@ -79,12 +82,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-seqs", type=int, default=16, help="probe sequences (>= 1)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per probe sequence (>= 2)")
     p.add_argument("--hf-cache", help="hub cache shared by the actors of a node (default: HF's own)")
+    p.add_argument("--disk-budget", type=size_arg, metavar="SIZE",
+                   help="most bytes of hub downloads the cache of a node holds at once, e.g. 40GB: each revision "
+                   "is downloaded, probed, then what this run downloaded is deleted (default: no limit, kept)")
+    p.add_argument("--probe-mode", choices=PROBE_MODES, default="auto",
+                   help="whole: load each model; streamed: one decoder block in memory at a time; auto: streamed "
+                   "when the whole model does not fit --memory-per-actor")
+    p.add_argument("--memory-per-actor", type=size_arg, metavar="SIZE",
+                   help="memory one probe may use in auto mode, e.g. 16GB (default: the smallest node's Ray "
+                   "memory over the probes its CPUs hold)")
     p.add_argument("--max-attempts", type=int, default=2,
-                   help="tries of a revision whose actor keeps dying before it is recorded as failed (>= 1)")
+                   help="tries of a revision whose worker keeps dying before it is recorded as failed (>= 1)")
     p.add_argument("--allow-pickle-weights", action="store_true",
                    help="also load pickled *.bin weights when a revision has no safetensors "
                    "(a pickle can run code: only for repositories you trust)")
     p.add_argument("--force", action="store_true", help="redo revisions already in the store")
+    p.add_argument("--dry-run", action="store_true",
+                   help="plan every revision (bytes, probe mode, memory, duplicates, refusals) and stop: "
+                   "no Ray, nothing downloaded or written")
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--num-cpus", type=int, help="CPUs of a local Ray, >= 1 (default: all)")
     p.add_argument("--num-gpus", type=int, help="GPUs of a local Ray, >= 0 (default: detected)")
@@ -100,6 +115,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def size_arg(text: str) -> int:
+    """A byte size flag: ``40GB``, ``1.5TiB``, ``1e9``."""
+    from sweep.extension.disk import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
 def check_args(args: argparse.Namespace) -> None:
     """The flags ``ExtensionSettings`` does not hold, before the store is touched or Ray starts."""
     at_least("--revisions", args.revisions, 1)
@@ -112,7 +137,8 @@ def check_args(args: argparse.Namespace) -> None:
 def settings_from_args(args: argparse.Namespace) -> ExtensionSettings:
     """The probe, pool and Ray flags as ``ExtensionSettings`` (checked as they are built)."""
     probe = ProbeSettings(args.store, args.n_seqs, args.seq_len, args.hf_cache, max(1, int(args.cpus_per_actor)),
-                          args.allow_pickle_weights, args.cpus_per_actor, Plugins.from_args(args))
+                          args.allow_pickle_weights, args.cpus_per_actor, Plugins.from_args(args),
+                          args.disk_budget, args.probe_mode, args.memory_per_actor)
     return ExtensionSettings(probe, args.actors, args.gpus_per_actor, args.max_attempts, args.force,
                              args.address, args.num_cpus, args.num_gpus)
 
@@ -130,16 +156,30 @@ def _main(args: argparse.Namespace) -> int:
         manifest = load_manifest(args.manifest, require_paths=True)
     else:
         try:
-            manifest = build_manifest(args.series or list(SERIES), args.revisions)
+            manifest = build_manifest(args.series or default_series(), args.revisions)
         except Exception as exc:  # the hub listing needs the network
             raise UsageError(f"cannot list the series' revisions on the hub ({type(exc).__name__}: {exc}); "
                              "without network access pass --manifest with local paths") from None
+    if args.dry_run:
+        return dry_run(manifest, settings)
     text = read_text("--text", args.text) if args.text else None  # None: the embedded corpus
     if text is not None and len(text) < args.n_seqs:
         raise UsageError(f"--text {args.text}: {len(text)} characters cannot give --n-seqs {args.n_seqs} "
                          "sequences")
     results = probe_checkpoints(manifest, settings, text, save_manifest=args.write_manifest)
     return exit_status(results)
+
+
+def dry_run(manifest: Manifest, settings: ExtensionSettings) -> int:
+    """Print the plan of ``manifest`` (``sweep.extension.plan``) for this machine as one node; exit 0."""
+    from sweep.extension.plan import format_plan, local_node, plan_jobs
+    from sweep.extension.revision_probe import jobs_from_manifest
+
+    probe = settings.probe
+    actor, largest = local_node(probe.cpus or probe.threads, settings.actors)
+    plan = plan_jobs(jobs_from_manifest(manifest), probe, actor, largest)
+    print(format_plan(plan, probe, actor))
+    return 0
 
 
 def exit_status(results: list[JobResult]) -> int:

@@ -26,9 +26,11 @@ digest of the weights' *values*, not of their files:
   stores does (an old checkpoint that also stores a buffer, e.g. GPT-2's causal
   mask ``attn.bias``, hashes differently from one without it).
 
-Tensors are read one at a time (safetensors through ``safe_open``, pickles
-memory-mapped) and cast in chunks, so hashing needs about one tensor's memory,
-not a second copy of the model. Fast path: the same bytes give the same value
+Tensors are read one at a time (safetensors through ``safe_open``, the file
+opened for each tensor and closed after it, so the pages a read touched do not
+stay in the process's resident memory; pickles memory-mapped) and cast in
+chunks, so hashing needs about one tensor's memory, not a second copy of the
+model. Fast path: the same bytes give the same value
 digest, so a process remembers the digest of every file set it hashed, keyed by
 each file's byte identity — in a Hugging Face cache the blob name (for weight
 files, the sha256 of the bytes: branches serving the same file share one
@@ -133,16 +135,20 @@ def _tensor_readers(paths: list[Path]) -> Iterator[dict[str, Callable[[], torch.
             raise ValueError(f"tensor {name!r} is in both {where[name].name} and {path.name}")
         readers[name], where[name] = read, path
 
-    with contextlib.ExitStack() as stack:
-        for path in paths:
-            if path.suffix == ".safetensors":
-                handle = stack.enter_context(safe_open(str(path), framework="pt"))
-                for name in handle.keys():
-                    add(name, path, lambda h=handle, n=name: h.get_tensor(n))
-            else:
-                for name, tensor in _load_pickle(path).items():
-                    add(name, path, lambda t=tensor: t)
-        yield readers
+    def read_one(path: Path, name: str) -> torch.Tensor:
+        with safe_open(str(path), framework="pt") as handle:  # closed again: its pages leave the process
+            return handle.get_tensor(name)
+
+    for path in paths:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt") as handle:
+                names = list(handle.keys())
+            for name in names:
+                add(name, path, lambda p=path, n=name: read_one(p, n))
+        else:
+            for name, tensor in _load_pickle(path).items():
+                add(name, path, lambda t=tensor: t)
+    yield readers
 
 
 def _load_pickle(path: Path) -> dict[str, torch.Tensor]:

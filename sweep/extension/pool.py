@@ -1,4 +1,5 @@
-"""The probe actor pool: one actor per slot, a dead actor costs one retry, not the run (see __init__)."""
+"""The probe pool: each revision one Ray task sized by its revision, a dead worker costs one retry,
+not the run (see __init__)."""
 
 
 from __future__ import annotations
@@ -27,19 +28,21 @@ from sweep.extension.revision_probe import (
 from sweep.ray_env import absolute_uri, default_gpus
 from sweep.store import Store
 
-#: Ray's own retries of a task whose actor died (bounded: see the module docstring).
-TASK_RETRIES = 2
+#: What a probe is: (job, probe text, settings, device) -> one metrics dict per layer.
+Probe = Callable[[Job, str, ProbeSettings, torch.device], list[dict[str, float]]]
 
 
 @dataclass
 class JobResult:
     series: str
     revision: str
-    status: str  # ok / failed / skipped
+    status: str  # ok / failed / skipped / duplicate
     reason: str | None = None
     n_layers: int = 0
     seconds: float = 0.0
     pid: int | None = None
+    mode: str | None = None  # whole / streamed: how it was probed
+    memory: int | None = None  # bytes its Ray task asked for
 
 
 def done_revisions(store: Store) -> set[tuple[str, str]]:
@@ -49,43 +52,47 @@ def done_revisions(store: Store) -> set[tuple[str, str]]:
     return set(zip(ok["series"], ok["revision"], strict=True))
 
 
-# --- the probe actor ----------------------------------------------------------------------
+# --- one revision, in a Ray worker ----------------------------------------------------------
+
+_READY: dict[str, Any] = {}  # what a worker process set up once: {"plugins": ..., "threads": ...}
 
 
-@ray.remote(max_restarts=-1, max_task_retries=TASK_RETRIES)
-class ProbeActor:
-    """Probes revisions one at a time and writes each one's rows to the store.
+def _prepare(settings: ProbeSettings) -> torch.device:
+    """Set this worker process up for probing (once per plugins and threads); the device to use."""
+    if not _READY:
+        from metrics.hf_stream import return_large_frees
 
-    Its constructor takes only the small settings (inlined in the creation task): an
-    object-store argument to a restartable actor makes Ray log an error-level line on
-    every run. The probe text travels with each ``probe`` call instead, as an object
-    ref that Ray resolves (put once by the pool, kept alive by it across restarts).
-    """
-
-    def __init__(self, settings: ProbeSettings) -> None:
+        return_large_frees()  # a probe frees one large block after another (metrics/hf_stream.py)
+    if _READY.get("plugins") != settings.plugins:
         settings.plugins.load()  # the driver's registrations, in this process too
-        from transformers.utils import logging as hf_logging
+        _READY["plugins"] = settings.plugins
+    from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # one "Loading weights" bar per revision is noise
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        torch.set_num_threads(max(1, settings.threads))
-        self.settings = settings
-        self.store = Store(settings.store)
-        gpu = bool(ray.get_gpu_ids()) and torch.cuda.is_available()
-        self.device = torch.device("cuda" if gpu else "cpu")
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per revision is noise
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.set_num_threads(max(1, settings.threads))
+    gpu = bool(ray.get_gpu_ids()) and torch.cuda.is_available()
+    return torch.device("cuda" if gpu else "cpu")
 
-    def probe(self, job: Job, text: str) -> JobResult:
-        """Probe ``job`` on ``text`` (the probe text) and write its rows; a failure is recorded, not raised."""
-        t0 = time.perf_counter()
-        try:
-            layers = probe_revision(job, text, self.settings, self.device)
-            rows, status, reason = checkpoint_rows(job, layers), "ok", None
-        except Exception as exc:  # any failure of one revision is recorded, not raised
-            reason = f"{type(exc).__name__}: {exc}"[:2000]
-            rows, status, layers = checkpoint_rows(job, None, reason), "failed", []
-        self.store.write_checkpoint(rows)
-        return JobResult(job.series, job.revision, status, reason, len(layers),
-                         time.perf_counter() - t0, os.getpid())
+
+def probe_and_write(job: Job, text: str, settings: ProbeSettings, probe: Probe = probe_revision) -> JobResult:
+    """Probe ``job`` on ``text`` and write its rows to the store; a failure is recorded, not raised."""
+    device = _prepare(settings)
+    t0 = time.perf_counter()
+    try:
+        layers = probe(job, text, settings, device)
+        rows, status, reason = checkpoint_rows(job, layers), "ok", None
+    except Exception as exc:  # any failure of one revision is recorded, not raised
+        reason = f"{type(exc).__name__}: {exc}"[:2000]
+        rows, status, layers = checkpoint_rows(job, None, reason), "failed", []
+    Store(settings.store).write_checkpoint(rows)
+    return JobResult(job.series, job.revision, status, reason, len(layers), time.perf_counter() - t0,
+                     os.getpid(), job.mode, job.memory)
+
+
+@ray.remote(max_retries=0)  # the pool resubmits a revision whose worker died, up to --max-attempts
+def _probe_task(job: Job, text: str, settings: ProbeSettings, probe: Probe) -> JobResult:
+    return probe_and_write(job, text, settings, probe)
 
 
 # --- the pool -------------------------------------------------------------------------------
@@ -93,30 +100,25 @@ class ProbeActor:
 
 @dataclass
 class Pool:
-    """A set of ``ProbeActor``s, each fed one revision at a time from a queue."""
+    """At most ``n_actors`` revisions probed at once, each a Ray task that asks for its own memory."""
 
     settings: ProbeSettings
     text: str
     n_actors: int = 2
     gpus_per_actor: float | None = None  # None: 0.25 when the cluster has GPUs, else 0
     max_attempts: int = 2
-    actors: list = field(default_factory=list, init=False)
-    _text_ref: Any = field(default=None, init=False, repr=False)  # the probe text, passed with every probe call
+    probe: Probe = probe_revision  # what a task runs (the tests pass one that kills its worker once)
+    _text_ref: Any = field(default=None, init=False, repr=False)  # the probe text, put once
+    _gpus: float = field(default=0.0, init=False, repr=False)
 
     def start(self) -> Pool:
         self.settings = replace(self.settings, store=absolute_uri(self.settings.store))
-        gpus = default_gpus(self.gpus_per_actor)
+        self._gpus = default_gpus(self.gpus_per_actor)
         self._text_ref = ray.put(self.text)
-        options = {"num_cpus": self.settings.cpus or self.settings.threads, "num_gpus": gpus}
-        self.actors = [
-            ProbeActor.options(**options).remote(self.settings) for _ in range(self.n_actors)
-        ]
         return self
 
     def close(self) -> None:
-        for actor in self.actors:
-            ray.kill(actor)
-        self.actors, self._text_ref = [], None
+        self._text_ref = None
 
     def __enter__(self) -> Pool:
         return self.start()
@@ -124,71 +126,83 @@ class Pool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self, jobs: Iterable[Job], on_result: Callable[[JobResult], None] | None = None) -> list[JobResult]:
-        """Probe every job and return one result each.
+    def run(self, jobs: Iterable[Job], on_result: Callable[[JobResult], None] | None = None,
+            copies: dict[tuple[str, str], list[Job]] | None = None) -> list[JobResult]:
+        """Probe every job and return one result each (and one per copy).
 
-        A slot gets work only once its actor is placed and constructed (an actor
-        waiting for resources holds no job). A job whose actor died goes back to
-        the queue, up to ``max_attempts`` times, and its slot is probed again
-        before new work; a slot whose actor cannot come back is dropped, and
-        when none is left the remaining jobs are recorded as failed.
+        Each job is a Ray task asking for ``job.memory`` bytes (when set), its CPUs and GPUs; Ray
+        starts it on a node with room. A job whose worker died (killed, out of memory, node lost)
+        goes back to the queue, up to ``max_attempts`` times. ``copies``: {(series, revision) of a
+        job: jobs with the same weight files}; when the job is probed they are written as its
+        copies (``duplicate_of``), never downloaded; when it fails, the next copy is probed instead.
         """
         queue = deque(jobs)
+        copies = {k: list(v) for k, v in (copies or {}).items()}
         attempts: Counter[tuple[str, str]] = Counter()
-        # ref -> (job, slot); job None marks a readiness probe of the slot's actor
-        inflight: dict[ray.ObjectRef, tuple[Job | None, int]] = {}
-        live = set(range(len(self.actors)))
+        inflight: dict[ray.ObjectRef, Job] = {}
         results: list[JobResult] = []
+        cpus = self.settings.cpus or self.settings.threads
 
-        def probe_slot(slot: int) -> None:
-            inflight[self.actors[slot].__ray_ready__.remote()] = (None, slot)
+        def submit(job: Job) -> None:
+            options: dict[str, Any] = {"num_cpus": cpus, "num_gpus": self._gpus}
+            if job.memory:
+                options["memory"] = int(job.memory)
+            ref = _probe_task.options(**options).remote(job, self._text_ref, self.settings, self.probe)
+            inflight[ref] = job
 
-        def submit(slot: int) -> None:
-            if queue:
-                job = queue.popleft()
-                inflight[self.actors[slot].probe.remote(job, self._text_ref)] = (job, slot)
-
-        def finish(result: JobResult) -> None:
+        def finish(job: Job, result: JobResult) -> None:
             results.append(result)
             if on_result is not None:
                 on_result(result)
+            group = copies.pop((job.series, job.revision), [])
+            if group and result.status == "ok":
+                for dup in group:
+                    finish(dup, self._write_copy(job, dup))
+            elif group:  # the probed one failed: probe the next of its group
+                head, rest = group[0], group[1:]
+                if rest:
+                    copies[(head.series, head.revision)] = rest
+                queue.appendleft(head)
 
-        for slot in live:
-            probe_slot(slot)
-        last_error = "no actors"
-        while queue or any(job is not None for job, _ in inflight.values()):
-            if not live:
-                while queue:
-                    finish(self._record_failure(queue.popleft(), f"no probe actor is alive: {last_error}"))
-                break
+        while queue or inflight:
+            while queue and len(inflight) < self.n_actors:
+                submit(queue.popleft())
             (ref,), _ = ray.wait(list(inflight), num_returns=1)
-            job, slot = inflight.pop(ref)
+            job = inflight.pop(ref)
             try:
                 result = ray.get(ref)
-            except ray.exceptions.RayActorError as exc:
-                last_error = str(exc).splitlines()[0]
-                if job is None:  # the actor cannot be constructed or restarted
-                    live.discard(slot)
-                    continue
+            except ray.exceptions.RayTaskError as exc:  # the task itself raised (not the probe: it records)
+                result = self._record_failure(job, f"{type(exc).__name__}: {exc}")
+            except ray.exceptions.RayError as exc:  # the worker died: killed, out of memory, node lost
                 key = (job.series, job.revision)
                 attempts[key] += 1
                 if attempts[key] < self.max_attempts:
                     queue.appendleft(job)
-                else:
-                    finish(self._record_failure(job, f"actor died {attempts[key]} times: {last_error}"))
-                probe_slot(slot)
-                continue
-            except ray.exceptions.RayTaskError as exc:
-                result = self._record_failure(job, f"{type(exc).__name__}: {exc}") if job else None
-            if job is not None:
-                finish(result)
-            submit(slot)
+                    continue
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                result = self._record_failure(job, f"worker died {attempts[key]} times: {first}")
+            finish(job, result)
         return results
 
     def _record_failure(self, job: Job, reason: str) -> JobResult:
         reason = reason[:2000]
         Store(self.settings.store).write_checkpoint(checkpoint_rows(job, None, reason))
-        return JobResult(job.series, job.revision, "failed", reason)
+        return JobResult(job.series, job.revision, "failed", reason, mode=job.mode, memory=job.memory)
+
+    def _write_copy(self, probed: Job, dup: Job) -> JobResult:
+        """``dup``'s rows: ``probed``'s (same weight bytes, so the same numbers), its own identity,
+        status ``duplicate_of:<probed>``; nothing downloaded."""
+        from sweep.store.parquet import safe_name
+
+        store = Store(self.settings.store)
+        rows = [r for r in store.scan("checkpoints", subdir=safe_name(probed.series)).table.to_pylist()
+                if r["series"] == probed.series and r["revision"] == probed.revision]
+        status = f"{DUPLICATE_PREFIX}{probed.revision}"
+        reason = f"same weight files (sha256) as {probed.revision}: rows copied, not downloaded"
+        store.write_checkpoint([{**r, "revision": dup.revision, "repo": dup.repo, "step": dup.step,
+                                 "tokens": dup.tokens, "progress": dup.progress, "status": status,
+                                 "reason": reason} for r in rows])
+        return JobResult(dup.series, dup.revision, "duplicate", status, len(rows), mode="copied")
 
 
 def run_extension(
@@ -205,36 +219,55 @@ def run_extension(
     """Probe every revision of ``manifest`` not already ``ok`` in the store (all with ``force``).
 
     Needs an initialised Ray. ``pool``: a started pool to use and leave open (its
-    own settings and text apply); default: a fresh pool for this call. Returns
-    one result per revision, skipped ones included. Afterwards a revision whose
-    weights repeat another's in its series is marked ``duplicate_of:<revision>``
+    own settings and text apply); default: a fresh pool for this call. Before any
+    download the revisions are planned (``sweep.extension.plan``: refusals, probe
+    mode, memory per task, duplicates by weight-file sha256). Returns one result per
+    revision, skipped ones included. Afterwards a revision whose weights repeat
+    another's in its series is marked ``duplicate_of:<revision>``
     (``sweep.extension.integrity``).
     """
     from tqdm.auto import tqdm
 
-    store = Store((pool.settings if pool is not None else settings).store)
+    from sweep.extension.plan import plan_jobs
+
+    used = pool.settings if pool is not None else settings
+    store = Store(used.store)
     jobs = jobs_from_manifest(manifest)
     done = set() if force else done_revisions(store)
     todo = [j for j in jobs if (j.series, j.revision) not in done]
     results = [JobResult(j.series, j.revision, "skipped") for j in jobs if (j.series, j.revision) in done]
     if not todo:
         return results
-    with tqdm(total=len(todo), unit="rev", desc="checkpoints", disable=not progress) as bar:
+    actors = pool.n_actors if pool is not None else n_actors
+    plan = plan_jobs(todo, used, *node_memory(used.cpus or used.threads, actors))
+    for job, reason in plan.failed:
+        store.write_checkpoint(checkpoint_rows(job, None, reason))
+        results.append(JobResult(job.series, job.revision, "failed", reason))
+    with tqdm(total=len(todo) - len(plan.failed), unit="rev", desc="checkpoints", disable=not progress) as bar:
 
         def tick(r: JobResult) -> None:
             bar.update(1)
             bar.set_postfix_str(f"{r.series}@{r.revision}: {r.status}")
 
         if pool is not None:
-            results += pool.run(todo, on_result=tick)
-        else:
-            with Pool(settings, text, min(n_actors, len(todo)), gpus_per_actor, max_attempts) as fresh:
-                results += fresh.run(todo, on_result=tick)
+            results += pool.run(plan.jobs, on_result=tick, copies=plan.copies)
+        elif plan.jobs:
+            with Pool(settings, text, min(n_actors, len(plan.jobs)), gpus_per_actor, max_attempts) as fresh:
+                results += fresh.run(plan.jobs, on_result=tick, copies=plan.copies)
     marked = mark_duplicates(store, {s.name for s in manifest.series})
     for r in results:
         if marked.get((r.series, r.revision), "ok") != "ok":
             r.status, r.reason = "duplicate", marked[(r.series, r.revision)]
     return results
+
+
+def node_memory(cpus_per_actor: float, actors: int) -> tuple[int, int]:
+    """(memory one probe may use by default, the most memory one node offers): from the alive
+    nodes' Ray resources (``sweep.extension.plan.actor_memory``)."""
+    from sweep.extension.plan import actor_memory
+
+    nodes = [(n["Resources"].get("CPU", 0.0), n["Resources"].get("memory", 0.0)) for n in ray.nodes() if n["Alive"]]
+    return actor_memory(nodes, cpus_per_actor, actors), int(max((m for _, m in nodes), default=0))
 
 
 def summarize(results: list[JobResult]) -> dict[str, dict[str, int]]:
@@ -251,7 +284,11 @@ def format_summary(summary: dict[str, dict[str, int]], results: list[JobResult])
     lines = [f"{'series':<16} {'done':>5} {'skipped':>8} {'failed':>7}"]
     lines += [f"{s:<16} {c['done']:>5} {c['skipped']:>8} {c['failed']:>7}" for s, c in summary.items()]
     lines += [f"  {r.series}@{r.revision}: same weights as another revision, {r.reason} "
-              "(left out of Appendix A)" for r in results if r.status == "duplicate"]
+              f"({'found before download, ' if r.mode == 'copied' else ''}left out of Appendix A)"
+              for r in results if r.status == "duplicate"]
+    modes = Counter(r.mode for r in results if r.mode in ("whole", "streamed") and r.status != "skipped")
+    if modes.get("streamed"):
+        lines.append(f"  probed whole: {modes.get('whole', 0)}, one decoder block at a time: {modes['streamed']}")
     return "\n".join(lines + [closing_summary(results)])
 
 

@@ -2,33 +2,40 @@
 
 A ``Job`` names one revision (hub repo + revision, or a local folder); ``probe_revision``
 fetches or opens it, loads the model and its own tokenizer, builds the fixed probe
-windows (``probe_windows``) and returns one metrics dict per layer
-(``metrics.hf_probe.probe_hf_model``); ``checkpoint_rows`` turns that into rows of the
-``checkpoints`` table. ``sweep.extension`` runs these in a pool of Ray actors.
+windows (``probe_windows``) and returns one metrics dict per layer — the whole model
+(``metrics.hf_probe.probe_hf_model``) or one decoder block at a time
+(``metrics.hf_stream.probe_streamed``), as the job's ``mode`` says; ``checkpoint_rows``
+turns that into rows of the ``checkpoints`` table. A hub revision is downloaded file by
+file from its listing (``sweep.extension.listing``), within the disk budget when there is
+one (``sweep.extension.disk``), and what this run downloaded is deleted after its probe.
+``sweep.extension`` runs these as Ray tasks.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import time
+from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from model.plugins import Plugins
 from sweep.cli import at_least, positive
 from sweep.extension.checkpoint_series import Manifest
-from sweep.extension.hub import transient_hub_error
+from sweep.extension.disk import DiskLedger, default_cache
+from sweep.extension.hub import with_hub_retries
 from sweep.extension.integrity import weights_sha256
+from sweep.extension.listing import HubFile, Listing, list_revision
 from sweep.store.schema import CHECKPOINT_METRICS, SCHEMA_VERSION
 
-#: Files a revision needs: weights (safetensors when the revision has them), config, tokenizer.
-CONFIG_PATTERNS = ["*.json", "*.txt", "*.model", "*.tiktoken"]
-
 FETCH_RETRIES = 3
+#: How a revision is probed: the whole model loaded, or one decoder block at a time.
+ProbeMode = Literal["whole", "streamed"]
+PROBE_MODES = ("auto", "whole", "streamed")
 PICKLE_HINT = ("pickled *.bin weights can run code when loaded and load only with "
                "--allow-pickle-weights (for sources you trust)")
 
@@ -44,6 +51,9 @@ class Job:
     step: int | None
     tokens: int | None
     progress: float | None
+    listing: Listing | None = None  # a hub revision's files, listed before any download (the driver's)
+    mode: ProbeMode = "whole"  # the whole model, or one decoder block at a time (metrics.hf_stream)
+    memory: int | None = None  # bytes of memory its Ray task asks for (sweep.extension.plan)
 
 
 @dataclass(frozen=True)
@@ -58,12 +68,21 @@ class ProbeSettings:
     allow_pickle: bool = False  # load pickled *.bin weights when a revision has no safetensors
     cpus: float | None = None  # Ray CPUs per actor (None: ``threads``)
     plugins: Plugins = Plugins()  # --plugin modules, imported again in every actor
+    disk_budget: int | None = None  # bytes of hub downloads a cache may hold at once (None: no limit, kept)
+    probe_mode: str = "auto"  # auto: streamed when the whole model does not fit memory_per_actor
+    memory_per_actor: int | None = None  # bytes one probe may use (None: a node's share, sweep.extension.plan)
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
+        from sweep.cli import UsageError
+
         at_least("--n-seqs", self.n_seqs, 1)
         at_least("--seq-len", self.seq_len, 2)
         positive("--cpus-per-actor", self.cpus)
+        positive("--disk-budget", self.disk_budget)
+        positive("--memory-per-actor", self.memory_per_actor)
+        if self.probe_mode not in PROBE_MODES:
+            raise UsageError(f"--probe-mode {self.probe_mode!r}: choose from {', '.join(PROBE_MODES)}")
 
 
 class RevisionError(RuntimeError):
@@ -124,9 +143,71 @@ def probe_windows(tokenizer: Any, text: str, n_seqs: int, seq_len: int) -> torch
     return torch.tensor(rows, dtype=torch.long)
 
 
-def fetch_revision(repo: str, revision: str, cache_dir: str | None, retries: int = FETCH_RETRIES,
-                   allow_pickle: bool = False) -> str:
-    """Download one revision's weights, config and tokenizer; return the local snapshot folder.
+def revision_listing(repo: str, revision: str) -> Listing:
+    """``list_revision``, its errors as one-line ``RevisionError``s (a missing repository or revision
+    is one at once; transient errors were tried again)."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        return list_revision(repo, revision)
+    except RevisionNotFoundError:
+        raise RevisionError(f"revision {revision!r} does not exist in {repo}") from None
+    except (RepositoryNotFoundError, GatedRepoError) as exc:
+        raise RevisionError(f"repository {repo} is not available: {type(exc).__name__}") from None
+    except Exception as exc:
+        raise RevisionError(f"could not list {repo}@{revision}: {type(exc).__name__}: {exc}") from None
+
+
+def revision_files(repo: str, revision: str, listing: Listing, allow_pickle: bool = False
+                   ) -> list[tuple[str, HubFile]]:
+    """(commit, file) pairs a probe of ``repo@revision`` downloads: its config, tokenizer and weight
+    files, and ``main``'s config and tokenizer files when it has no tokenizer of its own.
+
+    A ``RevisionError`` when it has no config.json or no weights to load (pickles only without
+    ``allow_pickle``).
+    """
+    if not listing.weights(allow_pickle):
+        if listing.weights(allow_pickle=True):
+            raise RevisionError(f"{repo}@{revision} has no safetensors weights; {PICKLE_HINT}")
+        raise RevisionError(f"{repo}@{revision} has no weights (*.safetensors)")
+    if not listing.has("config.json"):
+        raise RevisionError(f"{repo}@{revision} has no config.json")
+    files = [(listing.commit, f) for f in listing.fetch(allow_pickle)]
+    if revision != "main" and not has_tokenizer_files([f.path for f in listing.files]):
+        main = revision_listing(repo, "main")
+        files += [(main.commit, f) for f in main.configs()]
+    return files
+
+
+def download(repo: str, files: Sequence[tuple[str, HubFile]], cache_dir: str | Path | None) -> dict[str, str]:
+    """Download ``files`` ((commit, file) pairs) into the hub cache; {commit: snapshot folder}.
+
+    Each commit's ``config.json`` comes first, alone: an unsupported ``model_type`` is refused
+    before any weight is downloaded. Transient errors are tried again (``with_hub_retries``).
+    """
+    from huggingface_hub import hf_hub_download
+
+    first = sorted(files, key=lambda cf: cf[1].path != "config.json")
+    folders: dict[str, str] = {}
+    for commit, f in first:
+        try:
+            path = with_hub_retries(lambda c=commit, f=f: hf_hub_download(
+                repo, f.path, revision=c, cache_dir=str(cache_dir) if cache_dir else None))
+        except Exception as exc:
+            raise RevisionError(f"could not download {f.path} of {repo}@{commit[:12]}: "
+                                f"{type(exc).__name__}: {exc}") from None
+        folders.setdefault(commit, str(Path(path).parent))
+        if f.path == "config.json" and commit == first[0][0]:
+            check_model_type(Path(path))  # before any weight is downloaded
+    return folders
+
+
+def fetch_revision(repo: str, revision: str, cache_dir: str | None, allow_pickle: bool = False) -> str:
+    """Download one revision's weights, config and tokenizer (no disk budget); its snapshot folder.
 
     Safetensors only; pickled ``*.bin`` weights (a pickle can run code) only with
     ``allow_pickle`` and when the revision has no safetensors. ``config.json`` comes first,
@@ -134,58 +215,16 @@ def fetch_revision(repo: str, revision: str, cache_dir: str | None, retries: int
     weight is downloaded. A missing repository or revision is a ``RevisionError`` at once;
     network errors are retried.
     """
-    from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        GatedRepoError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    last: Exception | None = None
-    for attempt in range(retries):
-        try:
-            files = HfApi().list_repo_files(repo, revision=revision)
-            if any(f.endswith(".safetensors") for f in files):
-                weights = ["*.safetensors"]
-            elif allow_pickle:
-                weights = ["*.bin"]
-            else:
-                raise RevisionError(f"{repo}@{revision} has no safetensors weights; {PICKLE_HINT}")
-            if "config.json" not in files:
-                raise RevisionError(f"{repo}@{revision} has no config.json")
-            head = snapshot_download(repo, revision=revision, cache_dir=cache_dir, allow_patterns=["config.json"])
-            check_model_type(Path(head) / "config.json")  # before any weight is downloaded
-            return snapshot_download(
-                repo, revision=revision, cache_dir=cache_dir, allow_patterns=weights + CONFIG_PATTERNS
-            )
-        except RevisionError:
-            raise
-        except RevisionNotFoundError:
-            raise RevisionError(f"revision {revision!r} does not exist in {repo}") from None
-        except (RepositoryNotFoundError, GatedRepoError) as exc:
-            raise RevisionError(f"repository {repo} is not available: {type(exc).__name__}") from None
-        except EntryNotFoundError as exc:  # also "hub answered 503, nothing cached": that one is retried
-            if not transient_hub_error(exc):
-                raise RevisionError(f"{repo}@{revision}: {exc}") from None
-            last = exc
-        except Exception as exc:  # network trouble: back off and retry
-            last = exc
-        if attempt + 1 < retries:
-            time.sleep(2.0 * 2**attempt)
-    raise RevisionError(f"could not fetch {repo}@{revision} after {retries} tries: {last}")
+    listing = revision_listing(repo, revision)
+    return download(repo, revision_files(repo, revision, listing, allow_pickle), cache_dir)[listing.commit]
 
 
-def model_dir(job: Job, settings: ProbeSettings) -> str:
-    """Local folder of the job's model: its ``path`` (a hub-cache root resolved to its snapshot,
-    see ``resolve_snapshot``), or a hub snapshot."""
-    if job.path is not None:
-        if not Path(job.path).is_dir():
-            raise RevisionError(f"local path does not exist: {job.path}")
-        return resolve_snapshot(job.path, job.revision)
-    if job.repo is None:
-        raise RevisionError("revision has neither repo nor path")
-    return fetch_revision(job.repo, job.revision, settings.hf_cache, allow_pickle=settings.allow_pickle)
+def local_dir(job: Job) -> str:
+    """Local folder of a ``path`` job (a hub-cache root resolved to its snapshot, see
+    ``resolve_snapshot``)."""
+    if job.path is None or not Path(job.path).is_dir():
+        raise RevisionError(f"local path does not exist: {job.path}")
+    return resolve_snapshot(job.path, job.revision)
 
 
 def resolve_snapshot(path: str, revision: str) -> str:
@@ -214,10 +253,12 @@ TOKENIZER_FILES: tuple[tuple[str, ...], ...] = (
 )
 
 
-def has_tokenizer_files(folder: str) -> bool:
-    """Whether ``folder`` holds one of ``TOKENIZER_FILES`` (all of a group)."""
-    root = Path(folder)
-    return any(all(any(root.glob(name)) for name in group) for group in TOKENIZER_FILES)
+def has_tokenizer_files(folder: str | Sequence[str]) -> bool:
+    """Whether ``folder`` (or a list of file names) holds one of ``TOKENIZER_FILES`` (all of a group)."""
+    import fnmatch
+
+    names = [p.name for p in Path(folder).iterdir()] if isinstance(folder, str | Path) else list(folder)
+    return any(all(fnmatch.filter(names, name) for name in group) for group in TOKENIZER_FILES)
 
 
 def check_model_type(path: Path) -> None:
@@ -279,16 +320,16 @@ def weight_files(folder: str, allow_pickle: bool = False) -> list[Path]:
     return pickled
 
 
-def load_tokenizer(folder: str, job: Job, settings: ProbeSettings) -> Any:
-    """The revision's own tokenizer, else (hub revisions only) the repository's ``main`` one."""
+def load_tokenizer(folder: str, job: Job, fallback: str | None = None) -> Any:
+    """The revision's own tokenizer, else (hub revisions only) the one in ``fallback`` (``main``'s)."""
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError, TypeError) as exc:
-        if job.repo is None or job.revision == "main":
+        if fallback is None or job.repo is None or job.revision == "main":
             raise RevisionError(f"no tokenizer in {folder}: {exc}") from None
-    return AutoTokenizer.from_pretrained(fetch_revision(job.repo, "main", settings.hf_cache))
+    return AutoTokenizer.from_pretrained(fallback)
 
 
 def checkpoint_rows(job: Job, layers: list[dict[str, float]] | None, reason: str | None = None) -> list[dict]:
@@ -311,23 +352,49 @@ def checkpoint_rows(job: Job, layers: list[dict[str, float]] | None, reason: str
 def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.device) -> list[dict[str, float]]:
     """Fetch (or open), check, load, tokenize and probe one revision; free the model afterwards.
 
-    The cheap checks (``check_revision``) run before the weights are hashed or loaded.
+    A hub revision is downloaded from its listing (the job's, else listed now) within the disk
+    budget when ``settings.disk_budget`` is set, and what this run downloaded for it is deleted
+    when the probe ends (``DiskLedger.hold``). The cheap checks (``check_revision``) run before
+    the weights are hashed or loaded.
     """
+    if job.path is not None:
+        return probe_folder(local_dir(job), job, text, settings, device)
+    if job.repo is None:
+        raise RevisionError("revision has neither repo nor path")
+    listing = job.listing or revision_listing(job.repo, job.revision)
+    files = revision_files(job.repo, job.revision, listing, settings.allow_pickle)
+    cache = Path(settings.hf_cache) if settings.hf_cache else default_cache()
+    ledger = DiskLedger(cache, settings.disk_budget) if settings.disk_budget else None
+    what = f"{job.repo}@{job.revision}"
+    with ledger.hold(job.repo, files, what) if ledger else nullcontext():
+        folders = download(job.repo, files, cache)
+        others = [f for c, f in folders.items() if c != listing.commit]
+        return probe_folder(folders[listing.commit], job, text, settings, device, others[0] if others else None)
+
+
+def probe_folder(folder: str, job: Job, text: str, settings: ProbeSettings, device: torch.device,
+                 tokenizer_from: str | None = None) -> list[dict[str, float]]:
+    """Check, hash, load and probe the revision in ``folder`` as ``job.mode`` says (whole model,
+    or one decoder block at a time); ``tokenizer_from``: a folder with ``main``'s tokenizer."""
     from transformers import AutoModelForCausalLM
 
     from metrics.hf_probe import probe_hf_model
+    from metrics.hf_stream import probe_streamed
 
-    folder = model_dir(job, settings)
     check_revision(folder, job, settings)
     files = weight_files(folder, settings.allow_pickle)
     digest = weights_sha256(files, allow_pickle=settings.allow_pickle)
+    tokenizer = load_tokenizer(folder, job, tokenizer_from)
+    ids = probe_windows(tokenizer, text, settings.n_seqs, settings.seq_len).to(device)
+    if job.mode == "streamed":
+        if files[0].suffix != ".safetensors":
+            raise RevisionError(f"{folder} has pickled weights only: the layer-streamed probe reads safetensors")
+        return [{**row, "weights_sha256": digest} for row in probe_streamed(folder, ids, files)]
     dtype = torch.float32  # on every device (SPEC §7): bf16 on CUDA moved pr_q − pr_k by up to ~2 %
     model = None
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
                                                      use_safetensors=files[0].suffix == ".safetensors")
-        tokenizer = load_tokenizer(folder, job, settings)
-        ids = probe_windows(tokenizer, text, settings.n_seqs, settings.seq_len).to(device)
         model.to(device)
         return [{**row, "weights_sha256": digest} for row in probe_hf_model(model, ids)]
     finally:
