@@ -152,6 +152,19 @@ def _test_name(t: UnitTest) -> str:
 _SEQUENTIAL = {"as predicted": REPRODUCED, "against the prediction": REVERSED}
 
 
+#: how the note of a row that a ``--seeds auto`` experiment decides begins (the terminal shows these)
+SEQUENTIAL_NOTE = "--seeds auto: "
+
+
+def sequential_note(c: dict) -> str:
+    """``--seeds auto: as predicted, decided at n seeds (look k of K) (experiment E, family-wise α a over
+    m claims)``: where and under which error a row's verdict was decided."""
+    where = [f"experiment {c['experiment']}"] if c.get("experiment") else []
+    if c.get("alpha") is not None:
+        where.append(f"family-wise α {c['alpha']:g} over {c.get('family_size')} claims")
+    return f"{SEQUENTIAL_NOTE}{c.get('text')}" + (f" ({', '.join(where)})" if where else "")
+
+
 def _sequential_key(c: Claim) -> tuple[str, str] | None:
     parts = c.id.split(".")
     return (parts[1], parts[2]) if len(parts) == 3 and parts[0] == "interventions" else None
@@ -196,7 +209,7 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
         if value is not None and t.n < 2:
             notes.append(f"{units(t.n, c.unit)}: no interval, no test")
         if i in seq:  # the verdict is that experiment's (its own design and error: the legend)
-            notes.append(f"--seeds auto: {seq[i].get('text')}")
+            notes.append(sequential_note(seq[i]))
         post = unit_test(c.post, c) if c.post is not None and value is not None else None
         spread = within = None
         if c.spread is not None:

@@ -120,7 +120,7 @@ CASES = [
     ("sweep.demo", ["--address", "auto", "--num-cpus", "2"], "--num-cpus 2 sizes a local Ray"),
     ("sweep.demo", ["--out", "foo://x/y"], "--out foo://x/y: cannot write"),
     ("sweep.demo", ["--pack", "0", "--dry-run"], "--pack must be auto or a whole number of runs >= 1, got '0'"),
-    ("sweep.demo", ["--pack", "3"], "--pack 3: a shape (depth, condition) of the interventions grid has at most 2"),
+    ("sweep.demo", ["--pack", "7"], "--pack 7: a shape (depth, condition) of the interventions grid has at most 6"),
     ("sweep.demo", ["--quick", "--paper-depths"], "--quick and --paper-depths are two different tiers"),
     ("sweep.tiny_series", ["--out", "{tmp}/series", "--steps", "0", "-5"], "--steps must be >= 0, got -5"),
     ("sweep.tiny_series", ["--out", "{tmp}/series", "--layers", "0"], "--layers must be >= 1, got 0"),

@@ -313,7 +313,7 @@ def test_dose_response_sweep_writes_one_cell_per_strength(local_ray, tmp_path):
     store = Store(str(tmp_path / "store"))
     ep, ly = assert_store_complete(store, runs=8, epochs=1, layer_rows=8 * 2 * 2)
     base = "interventions.demo.independent_xavier.L2.s{}.{}"
-    ids = {base.format(s, c) for s in (7, 37) for c in ("none", "forced_k_contraction",
+    ids = {base.format(s, c) for s in (11, 12) for c in ("none", "forced_k_contraction",
                                                           "forced_k_contraction.lam0", "forced_k_contraction.lam0.2")}
     assert set(ep["run_id"]) == ids  # λ = 0.05 is the default: the run id of every earlier store
     for table in (ep, ly):
@@ -330,7 +330,7 @@ def test_dose_response_sweep_writes_one_cell_per_strength(local_ray, tmp_path):
     strong = ly[ly["strengths"] == '{"lam": 0.2}'].sort_values(key)[metrics].reset_index(drop=True)
     assert not strong[strong["epoch"] == 1]["pr_k"].equals(none[none["epoch"] == 1]["pr_k"])
     losses = ep[ep["epoch"] == 1].set_index("run_id")["train_loss"]
-    for s in (7, 37):
+    for s in (11, 12):
         assert losses[base.format(s, "forced_k_contraction.lam0")] == losses[base.format(s, "none")]
 
 

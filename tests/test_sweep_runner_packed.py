@@ -156,8 +156,8 @@ def test_demo_dry_run_plans_both_sweeps(gpu_ray, tmp_path, capsys):
     demo.main(["--dry-run", "--store", str(tmp_path / "store"), "--storage", str(tmp_path / "ray"),
                "--out", str(tmp_path / "report")])
     out = capsys.readouterr().out
-    assert "18 runs in 3 trials, packs of 6" in out  # 3 depths × (3 inits × 2 seeds)
-    assert "12 runs in 6 trials, packs of 2" in out  # 6 conditions × 2 seeds
+    assert "54 runs in 3 trials, packs of 18" in out  # 3 depths × (3 inits × 6 confirmatory seeds)
+    assert "36 runs in 6 trials, packs of 6" in out  # 6 conditions × 6 seeds
     assert "not run (dry run)" in out
     for made in ("store", "ray", "report"):
         assert not (tmp_path / made).exists(), made

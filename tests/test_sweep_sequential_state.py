@@ -103,7 +103,7 @@ def test_walk_skips_lost_pairs_and_stops_past_the_limit():
     unit = exp.claims[0].unit
     lost = {exp.cell(unit, 11).run_id, exp.control(unit, 13).run_id}
     w = walk(exp, unit, 5, set(), lost)
-    assert w.counted == (12, 14, 15, 1000, 1001) and w.lost == (11, 13) and not w.exhausted
+    assert w.counted == (12, 14, 15, 16, 1000) and w.lost == (11, 13) and not w.exhausted
     every = {exp.cell(unit, s).run_id for s in exp.seeds}
     w = walk(exp, unit, 5, set(), every)
     assert w.counted == () and len(w.lost) == lost_limit(5) + 1 and w.exhausted

@@ -1,17 +1,16 @@
 """The report's view of ``--seeds auto``: the decision records ``sweep.sequential`` wrote to
 ``<store>/sequential/<experiment>.json``, each claim's decision (``decisions``: the newest record
-wins), a note per scorecard claim, and a short section."""
+wins), and a short section (the scorecard writes each claim's note)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from analysis.scorecard import SEQUENTIAL_NOTE as NOTE  # how a claim's note names its decision
 from model.qk_init import DEFAULT_INIT
 
 RECORD_DIR = "sequential"  # sweep.sequential_record.RECORD_DIR
-#: How a claim's note names its decision.
-NOTE = "--seeds auto: "
 #: The fields every claim of ``decisions`` carries.
 FIELDS = ("condition", "strengths", "init", "depth", "metric", "predicted", "outcome", "look", "n", "seeds", "lost",
           "p", "text", "experiment", "alpha", "family_size")
@@ -63,19 +62,6 @@ def decisions(records: list[dict], preset: str | None) -> dict[tuple[str, str], 
                         "family_size": rec["design"].get("family_size"), "written_at": rec.get("written_at"),
                         "open": bool(c.get("open", not rec.get("finished")))}
     return out
-
-
-def annotate(rows: list, records: list[dict], preset: str | None) -> None:
-    """Add ``--seeds auto: as predicted, decided at n seeds (look k of K)`` / ``undecided at n seeds
-    (…)`` to each intervention claim's note (``ScorecardRow.reason``) that ``decisions`` holds."""
-    claims = decisions(records, preset)
-    for row in rows:
-        parts = row.id.split(".")
-        if len(parts) != 3 or parts[0] != "interventions" or (parts[1], parts[2]) not in claims:
-            continue
-        c = claims[(parts[1], parts[2])]
-        note = f"{NOTE}{c['text']} (experiment {c['experiment']}, family-wise α {c['alpha']:g} over {c['family_size']} claims)"
-        row.reason = f"{row.reason}; {note}" if row.reason else note
 
 
 def terminal_note(row: dict) -> str:
