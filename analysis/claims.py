@@ -85,6 +85,10 @@ class Claim:
     kind: str = ""
     #: the same statistic over the post-collapse window (SPEC §8), per unit: a sensitivity column
     post: np.ndarray | None = None
+    #: for a claim against the larger of several inits (``y`` = x − max over them): x − the smaller,
+    #: per unit [n]. A reversal is decided on it, so that "reversed" means below every one of them
+    #: (SPEC §8: under no effect x − max has a negative mean and would read as reversed)
+    y_against: np.ndarray | None = None
 
 
 #: The kinds of quantity a scorecard row compares (the first word of ``Claim.kind``).
@@ -190,10 +194,11 @@ def gap_claims(fin: pd.DataFrame) -> list[Claim]:
     depths = sorted({d for d, _ in cols})
     usable = [d for d in depths if (d, COUPLED) in cols and any((d, u) in cols for u in UNCOUPLED)]
 
-    def gap(d: int) -> Reducer:
+    def gap(d: int, against: bool = False) -> Reducer:
         c = cols.index((d, COUPLED))
         u = [cols.index((d, i)) for i in UNCOUPLED if (d, i) in cols]
-        return lambda avg: avg[:, c] - np.nanmax(avg[:, u], axis=-1)
+        pick = np.nanmin if against else np.nanmax
+        return lambda avg: avg[:, c] - pick(avg[:, u], axis=-1)
 
     out = []
     for d in sorted(set(depths) | {4, 8}):
@@ -206,7 +211,8 @@ def gap_claims(fin: pd.DataFrame) -> list[Claim]:
                              kind=_ALIGN_KIND["gap"]))
             continue
         out.append(Claim(cid, "alignment", claim, paper, Expect(">", 0), per_unit(x, gap(d)),
-                         count_runs(fin[fin["depth"] == d]), kind=_ALIGN_KIND["gap"], paper_value=PAPER_VALUE.get(cid)))
+                         count_runs(fin[fin["depth"] == d]), kind=_ALIGN_KIND["gap"], paper_value=PAPER_VALUE.get(cid),
+                         y_against=per_unit(x, gap(d, against=True))))
     claim = "alignment gap grows with depth (deepest − shallowest)"
     if len(usable) < 2:
         out.append(Claim("alignment.gap.growth", "alignment", claim, PAPER_TEXT["alignment.gap.growth"],

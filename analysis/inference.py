@@ -95,6 +95,25 @@ def binomial_test(y: np.ndarray, c: float = 0.5) -> UnitTest:
 TESTS = {"t": t_test, "binomial": binomial_test}
 
 
+def _one_sided(t: UnitTest, c: float, sign: int) -> float:
+    """One-sided p of E[y] on the ``sign`` side of c, from a two-sided t test."""
+    if t.p is None or t.value is None:
+        return 1.0
+    return t.p / 2 if np.sign(t.value - c) == sign else 1.0 - t.p / 2
+
+
+def against_test(y: np.ndarray, y_against: np.ndarray, c: float, sign: int) -> UnitTest:
+    """A claim that x exceeds several references (``sign`` +1): y = x − the largest, y_against = x −
+    the smallest, per unit [n]. Predicted side: the one-sided t test of y; reversed: that of y_against
+    on the other side; p = 2 · the smaller of the two (each one-sided test is valid, conservative, for
+    its composite null). Value and interval are y's."""
+    t, ta = t_test(y, c), t_test(y_against, c)
+    if t.p is None or ta.p is None:
+        return t
+    p = min(1.0, 2.0 * min(_one_sided(t, c, sign), _one_sided(ta, c, -sign)))
+    return UnitTest(t.value, t.ci_low, t.ci_high, p, t.n, t.method)
+
+
 def holm(p: list[float | None] | np.ndarray) -> list[float | None]:
     """Holm's step-down adjusted p-values (None stays None and is not counted in the family):
     ``p_adj(i) = max over j <= i (in ascending order) of min(1, (m − j + 1) · p(j))``."""

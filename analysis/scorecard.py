@@ -50,6 +50,7 @@ from analysis.inference import (
     UNDECIDED,
     VERDICTS,
     UnitTest,
+    against_test,
     direction,
     fisher_z,
     holm,
@@ -133,10 +134,13 @@ def all_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
     return [c for sec in sections() for c in sec.claims(an, paper_scale)]
 
 
-def unit_test(y: np.ndarray | None, c: Claim) -> UnitTest | None:
-    """The claim's test on per-unit values y (None: nothing to test); correlations on Fisher's z."""
+def unit_test(y: np.ndarray | None, c: Claim, against: np.ndarray | None = None) -> UnitTest | None:
+    """The claim's test on per-unit values y (None: nothing to test); correlations on Fisher's z;
+    ``against``: the claim's ``y_against`` (``analysis.inference.against_test``)."""
     if y is None:
         return None
+    if against is not None:
+        return against_test(y, against, c.expect.lo, c.expect.sign)
     if not c.fisher:
         return TESTS[c.test](y, c.expect.lo)
     r = TESTS[c.test](fisher_z(y), float(fisher_z(np.array([c.expect.lo]))[0]))
@@ -180,7 +184,7 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
     ``--seeds auto`` experiment of this preset (``sweep.report.sequential.decisions``).
     """
     claims = all_claims(an, paper_scale)
-    tests = [unit_test(c.y, c) if c.reason is None else None for c in claims]
+    tests = [unit_test(c.y, c, c.y_against) if c.reason is None else None for c in claims]
     seq = {i: (sequential or {}).get(_sequential_key(c)) for i, c in enumerate(claims)}
     seq = {i: d for i, d in seq.items() if d is not None and claims[i].reason is None}
     counted = [i for i, c in enumerate(claims) if not c.sanity and c.expect.sign != 0 and i not in seq]

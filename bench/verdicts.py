@@ -156,7 +156,8 @@ def store_level(reps: int, law: str) -> dict[str, Any]:
     return {"law": law, "reps": reps, "m": len(decided), "fwer": any_decided / reps,
             "claim_decided_max": decided[worst] / reps, "worst_claim": worst,
             "claim_decided_mean": sum(decided.values()) / (reps * len(decided)),
-            "claim_reproduced_mean": reproduced / (reps * len(decided))}
+            "claim_reproduced_mean": reproduced / (reps * len(decided)),
+            "by_claim": {k: v / reps for k, v in sorted(decided.items(), key=lambda kv: -kv[1]) if v}}
 
 
 def power_table(rng, reps: int, m: int, n: int) -> list[dict[str, Any]]:
@@ -223,6 +224,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"   {law:<7} m = {r['m']}: family-wise {r['fwer']:.3f} ± {se(r['fwer'], store_reps):.3f}; per claim "
               f"mean {r['claim_decided_mean']:.4f}, largest {r['claim_decided_max']:.3f} ({r['worst_claim']}); "
               f"reproduced per claim {r['claim_reproduced_mean']:.4f}")
+        print("           decided: " + (", ".join(f"{k} {v:.3f}" for k, v in r["by_claim"].items()) or "none"))
 
     from sweep.presets import BASELINE_PRESETS
 
