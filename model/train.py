@@ -14,7 +14,7 @@ from model.corpus import Corpus, load_corpus
 from model.gpt import GPTConfig
 from model.plugins import add_plugin_flag, preload
 from model.qk_init import DEFAULT_INIT, QK_INITS
-from model.recipe import TrainConfig
+from model.recipe import TrainConfig, add_precision_flags, resolve_device, set_tf32
 from model.report import EpochReport
 from model.stack import Member
 from model.trainer import Trainer
@@ -42,6 +42,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--context", type=int, default=64, help="tokens per training window (>= 1)")
     p.add_argument("--lr", type=float, default=1e-3, help="constant AdamW learning rate (> 0)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N")
+    add_precision_flags(p)  # --amp, --graphs/--no-graphs, --tf32/--no-tf32
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return p.parse_args(argv)
 
@@ -86,10 +87,13 @@ def _train(args: argparse.Namespace, corpus: Corpus) -> None:
     model_cfg = GPTConfig(vocab_size=corpus.vocab_size, n_layer=args.depth, n_head=args.n_head,
                           d_model=args.d_model, d_mlp=args.d_mlp, context=args.context)
     cfg = TrainConfig(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
-                      steps_per_epoch=args.steps_per_epoch, seed=args.seed, device=args.device)
-    trainer = Trainer(model_cfg, [Member(args.init, args.seed, cfg)], corpus)
+                      steps_per_epoch=args.steps_per_epoch, seed=args.seed, device=args.device, amp=args.amp)
+    set_tf32(args.tf32, resolve_device(args.device))  # where the run starts, never as a side effect
+    trainer = Trainer(model_cfg, [Member(args.init, args.seed, cfg)], corpus, graphs=args.graphs)
+    amp = "fp32" if trainer.amp_dtype is None else str(trainer.amp_dtype).removeprefix("torch.")
     print(f"{corpus.name}: {corpus.vocab_size} symbols, {len(corpus.train):,} train / {len(corpus.val):,} val "
-          f"tokens; {args.init}, {args.depth} layers, {trainer.model.num_params():,} parameters on {trainer.device}")
+          f"tokens; {args.init}, {args.depth} layers, {trainer.model.num_params():,} parameters on {trainer.device} "
+          f"({amp}, CUDA graphs {trainer.graph_status})")
 
     def show(_: int, r: EpochReport) -> None:
         run = r.run

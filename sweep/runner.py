@@ -33,6 +33,7 @@ from sweep.cli import (
     plain_name,
 )
 from sweep.faults import FaultInjection, add_fault_flags, fault_from_args
+from sweep.gpu_flags import add_gpu_flags, gpu_options
 from sweep.options import TrialOptions
 from sweep.packing import check_pack, describe_plan, plan_frame, plan_packs
 from sweep.presets import Preset
@@ -89,6 +90,7 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     add_tracker_flags(g)
     add_plugin_flag(g)
     add_fault_flags(g)  # tests: inject one crash
+    add_gpu_flags(p)  # --amp, --graphs, --tf32 (sweep.gpu_flags)
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSett
     trial = TrialOptions(
         store=args.store, storage=args.storage, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial, checkpoint_every=args.checkpoint_every, compile=args.compile,
+        **gpu_options(args),
     )
     return SweepSettings(name, trial, args.address, args.num_cpus, args.max_concurrent, args.max_failures,
                          args.resume, args.num_gpus, pack_request("--pack", args.pack), args.dry_run,
