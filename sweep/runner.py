@@ -35,9 +35,9 @@ from sweep.cli import (
 from sweep.faults import FaultInjection, add_fault_flags, fault_from_args
 from sweep.gpu_flags import add_gpu_flags, gpu_options
 from sweep.options import TrialOptions
-from sweep.packing import check_pack, describe_plan, plan_frame, plan_packs
+from sweep.packing import check_pack, describe_plan, gpu_share, plan_frame, plan_packs
 from sweep.presets import Preset
-from sweep.ray_env import DEFAULT_GPU_FRACTION, absolute_uri, default_gpus, init_ray, node_gpus
+from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
 from sweep.resume import experiment_trials, repair_checkpoints
 from sweep.spec import (
     LEGACY_VERSION,
@@ -220,13 +220,13 @@ def dry_run(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     if not (ray.is_initialized() or settings.address or os.environ.get("RAY_ADDRESS")):
         gpus = node_gpus(settings.num_gpus)
         gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, gpus)
-        gpu = trial.gpus_per_trial if trial.gpus_per_trial is not None else (DEFAULT_GPU_FRACTION if gpus else 0.0)
+        gpu = gpu_share(trial.gpus_per_trial, settings.pack, gpus)
     else:
         started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
         try:
             gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())
             gpus = ray.cluster_resources().get("GPU", 0.0)
-            gpu = default_gpus(trial.gpus_per_trial)
+            gpu = default_gpus(trial.gpus_per_trial, settings.pack)
         finally:
             if started:
                 ray.shutdown()
@@ -309,7 +309,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
         from sweep.trial import train_cell
 
         options = replace(trial, store=store_uri, storage=storage,
-                          gpus_per_trial=default_gpus(trial.gpus_per_trial))
+                          gpus_per_trial=default_gpus(trial.gpus_per_trial, settings.pack))
         trainable = tune.with_resources(tune.with_parameters(train_cell, corpus=corpus),
                                         {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
         # Tune's classic CLIReporter (the columns we choose) is only used with the old output engine.
