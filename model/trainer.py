@@ -33,7 +33,7 @@ from torch import Tensor
 
 from metrics.probe import probe_members
 from model import graphs as graphs_mod
-from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, probe_batch
+from model.corpus import VAL_SEED, BatchSampler, Corpus, device_tokens, fixed_windows, probe_batch
 from model.gpt import GPTConfig
 from model.qk_init import build_model
 from model.recipe import (
@@ -116,7 +116,8 @@ class Trainer:
         self._val_graph: graphs_mod.ForwardGraph | None = None
         self.optimizer = self._make_optimizer()
 
-        self.samplers = [BatchSampler(corpus.train, cfg.batch_size, model_cfg.context, m.train.seed, self.device)
+        train = device_tokens(corpus.train, self.device)  # one copy on the device, every member's sampler reads it
+        self.samplers = [BatchSampler(train, cfg.batch_size, model_cfg.context, m.train.seed, self.device)
                          for m in self.members]
         self.val_x, self.val_y = (t.to(self.device) for t in fixed_windows(
             corpus.val, cfg.eval_batches * cfg.batch_size, model_cfg.context, VAL_SEED))
