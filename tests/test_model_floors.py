@@ -32,7 +32,7 @@ def test_release_reads_the_leading_numbers() -> None:
 
 
 @pytest.mark.parametrize(("name", "old", "ok"), [("torch", "2.8.0+cu128", "2.9.0"), ("scipy", "1.14.1", "1.15.0"),
-                                                 ("pandas", "2.0.3", "2.1.0"), ("pyarrow", "14.0.2", "15.0.0"),
+                                                 ("pandas", "2.0.3", "2.1.0"), ("pyarrow", "16.1.0", "17.0.0"),
                                                  ("ray", "2.59.0", "2.60.0")])
 def test_an_older_package_is_one_line_and_exit_2(name, old, ok, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
