@@ -67,7 +67,7 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     g.add_argument("--name", help=f"experiment name, a plain name without '/' (default {default_name})")
     g.add_argument("--gpus-per-trial", type=float,
                    help="GPUs per trial, 0..one node's GPUs; fractions pack trials onto a GPU "
-                   "(default 0.25 when the cluster has GPUs, else 0)")
+                   "(default with GPUs: 1 under --pack auto, 0.25 with an explicit --pack; else 0)")
     g.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (> 0; torch threads)")
     g.add_argument("--max-concurrent", type=int, help="most trials at once, >= 1 (default: as many as "
                    "resources allow)")
