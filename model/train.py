@@ -10,6 +10,8 @@ import sys
 
 import torch
 
+from interventions import CONTROL, make_intervention
+from interventions import REGISTRY as INTERVENTIONS
 from model.corpus import Corpus, load_corpus
 from model.gpt import GPTConfig
 from model.plugins import add_plugin_flag, preload
@@ -31,6 +33,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--corpus", default="stdlib-docs", help="wikitext103, stdlib-docs or a UTF-8 text file")
     p.add_argument("--data-dir", default=None, help="folder holding wiki.train.raw (wikitext103 only)")
     p.add_argument("--init", default=DEFAULT_INIT, choices=sorted(QK_INITS), help="Q/K initialisation")
+    p.add_argument("--condition", default=CONTROL, choices=sorted(INTERVENTIONS),
+                   help="intervention (SPEC §5) at its default strengths")
     p.add_argument("--depth", type=int, default=4, help="transformer blocks (>= 1)")
     p.add_argument("--seed", type=int, default=37, help="seed of the weights and the batch order (>= 0)")
     p.add_argument("--epochs", type=int, default=3, help="epochs after epoch 0 (>= 1)")
@@ -89,10 +93,11 @@ def _train(args: argparse.Namespace, corpus: Corpus) -> None:
     cfg = TrainConfig(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
                       steps_per_epoch=args.steps_per_epoch, seed=args.seed, device=args.device, amp=args.amp)
     set_tf32(args.tf32, resolve_device(args.device))  # where the run starts, never as a side effect
-    trainer = Trainer(model_cfg, [Member(args.init, args.seed, cfg)], corpus, graphs=args.graphs)
+    trainer = Trainer(model_cfg, [Member(args.init, args.seed, cfg)], corpus,
+                      lambda: make_intervention(args.condition), graphs=args.graphs)
     amp = "fp32" if trainer.amp_dtype is None else str(trainer.amp_dtype).removeprefix("torch.")
     print(f"{corpus.name}: {corpus.vocab_size} symbols, {len(corpus.train):,} train / {len(corpus.val):,} val "
-          f"tokens; {args.init}, {args.depth} layers, {trainer.model.num_params():,} parameters on {trainer.device} "
+          f"tokens; {args.init}, {args.condition}, {args.depth} layers, {trainer.model.num_params():,} parameters on {trainer.device} "
           f"({amp}, CUDA graphs {trainer.graph_status})")
 
     def show(_: int, r: EpochReport) -> None:

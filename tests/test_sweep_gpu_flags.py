@@ -32,8 +32,8 @@ def test_a_bad_amp_is_one_line_and_exit_2(capsys) -> None:
 def test_model_train_has_the_same_flags() -> None:
     from model.train import _parse
 
-    args = _parse(["--amp", "bf16", "--no-graphs", "--no-tf32"])
-    assert (args.amp, args.graphs, args.tf32) == ("bf16", False, False)
+    args = _parse(["--amp", "bf16", "--no-graphs", "--no-tf32", "--condition", "freeze_k"])
+    assert (args.amp, args.graphs, args.tf32, args.condition) == ("bf16", False, False, "freeze_k")
 
 
 def test_the_options_travel_in_the_spec_to_the_runs_recipe() -> None:
