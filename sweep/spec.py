@@ -113,6 +113,7 @@ class TrialSpec:
         without the device and ``compile``, which say where it ran, not what) as canonical JSON."""
         model = json.dumps(asdict(self.model), sort_keys=True)
         recipe = {k: v for k, v in asdict(self.train).items() if k not in ("device", "compile")}
+        recipe["amp"] = self.options.amp  # --amp: what the runs trained in asks for
         return [{**run.row(), "experiment": experiment, "trial": trial, "pack": len(self.runs), "member": i,
                  "model": model, "train": json.dumps({**recipe, "seed": run.seed}, sort_keys=True)}
                 for i, run in enumerate(self.runs)]

@@ -43,6 +43,7 @@ def test_the_options_travel_in_the_spec_to_the_runs_recipe() -> None:
     back = decode({"spec": spec.to_config()}, 97)
     assert back.options == options
     assert back.run_train(back.runs[0], "cpu").amp == "fp16"
+    assert '"amp": "fp16"' in spec.run_rows("e", "t")[0]["train"]  # the runs table records it
     older = spec.to_config()
     for key in ("amp", "graphs", "tf32"):  # a spec written before these options
         del older["options"][key]
