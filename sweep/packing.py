@@ -95,7 +95,7 @@ def gpu_share(requested: float | None, request: PackRequest, cluster_gpus: float
         return 0.0
     from sweep.ray_env import DEFAULT_GPU_FRACTION
 
-    return 1.0 if request == "auto" else DEFAULT_GPU_FRACTION
+    return min(1.0, cluster_gpus) if request == "auto" else DEFAULT_GPU_FRACTION  # a cluster of 0.5 GPU: 0.5
 
 
 def trial_work(pack: Pack, steps: int = 1) -> float:
