@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 DEMO_EXTRAS := hf,tb
 
-.PHONY: demo demo-paper test lint bench venv clean cluster-test lock
+.PHONY: demo demo-paper test test-floors lint bench venv clean cluster-test lock
 
 # `make demo` installs what the demo runs (the project, the checkpoint probe, TensorBoard);
 # `make test` adds the test tools (pytest, moto, boto3, ruff): ~25 s less for a first demo.
@@ -42,6 +42,17 @@ demo-paper: $(DEMO_STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The fast tests on pyproject's lower bounds (requirements-floors.txt), in a throw-away venv; not in CI.
+# FLOORS_TESTS narrows what runs (default: every test that starts no Ray).
+FLOORS_TESTS ?= -m "not ray"
+test-floors:
+	rm -rf .floors-venv && $(PY) -m venv .floors-venv
+	.floors-venv/bin/pip install --quiet --upgrade pip
+	.floors-venv/bin/pip install --quiet -c requirements-floors.txt torch
+	.floors-venv/bin/pip install --quiet -c requirements-floors.txt -e '.[dev]'
+	.floors-venv/bin/pip freeze | grep -iE '^(torch|numpy|scipy|pandas|pyarrow|ray|matplotlib|tqdm|tabulate)=='
+	.floors-venv/bin/python -m pytest -q $(FLOORS_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

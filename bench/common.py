@@ -150,11 +150,14 @@ def write_json(obj: Any, path: str | Path) -> Path:
 def build_trainer(model_cfg: GPTConfig, corpus: Corpus, members: list[tuple[str, int, Any]],
                   condition: str = "none", graphs: bool = True) -> Any:
     """``model.trainer.Trainer`` of M = len(members) runs of one shape and condition; members: (init
-    regime, weight seed, ``TrainConfig``) each (M = 1: the plain, unstacked GPT)."""
+    regime, weight seed, ``TrainConfig``) each (M = 1: the plain, unstacked GPT). On CUDA with TF32
+    on, as a sweep's trials train by default (``model.recipe.set_tf32``: set where a run starts)."""
     from interventions import make_intervention
+    from model.recipe import resolve_device, set_tf32
     from model.stack import Member
     from model.trainer import Trainer
 
+    set_tf32(True, resolve_device(members[0][2].device))
     return Trainer(model_cfg, [Member(init, seed, cfg) for init, seed, cfg in members], corpus,
                    lambda: make_intervention(condition), graphs=graphs)
 

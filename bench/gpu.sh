@@ -5,8 +5,11 @@
 #   bash bench/gpu.sh --dry-run                    the plan and the set-up; without CUDA: "no CUDA found", exit 0
 #   bash bench/gpu.sh SECTION...                   only these sections, in this order (throughput: < 4 min)
 #
-# Sections, each item its own process under `timeout`, each figure against unpacked eager measured in
-# this same call:
+# First, inside the same budget: `pytest -m gpu` (tests/test_model_graphs_cuda.py: recorded CUDA-graph
+# steps against eager ones for every condition, packed and not, fp32 and bf16; the AMP choice on this
+# GPU), under `timeout ${GPU_TESTS_S:-120}`; a failure is reported and the script's exit status is 1
+# after the sections ran. Then the sections, each item its own process under `timeout`, each figure
+# against unpacked eager measured in this same call:
 #   throughput   unpacked eager / graphed / k_spectrum_clamp; packs of 12 (eager, graphed, clamp) and 36;
 #                4 processes; GPU busy (its own process); a compiled pack of 36 only with time left
 #                (bench/gpu_packing.py)
@@ -21,7 +24,7 @@
 # item's time and how it ended go to $OUT/timings.jsonl; then the table of every figure, with each
 # section's budget and actual seconds (bench/gpu_bench.py --report) in ${OUT:-bench/out}/gpu_results.json.
 # Environment: PYTHON (interpreter), OUT (results folder), BUDGET_S (default: the sections' budgets,
-# at most 470), SECONDS_PER_VARIANT (3), CPU_CHECK=1 (every section at a tiny size on the CPU: a check
+# at most 470), GPU_TESTS_S (120: the GPU tests' share of it), SECONDS_PER_VARIANT (3), CPU_CHECK=1 (every section at a tiny size on the CPU: a check
 # of this script, measuring nothing).
 set -euo pipefail
 
@@ -73,7 +76,9 @@ BUDGET_S="${BUDGET_S:-$(echo "$PLAN_OUT" | sed -n 's/^BUDGET //p')}"
 DEADLINE=$((START + BUDGET_S))
 echo "[gpu.sh] $(date -u +%FT%TZ) python: $PY; out: $OUT; budget ${BUDGET_S}s; sections: $SECTIONS"
 
+GPU_TESTS_S="${GPU_TESTS_S:-120}"
 if [ "$DRY" = 1 ]; then
+  echo "[gpu.sh] first: $PY -m pytest -m gpu tests/test_model_graphs_cuda.py (timeout ${GPU_TESTS_S}s)"
   "$PY" -m bench.gpu_bench --dry-run --out "$OUT"
   echo "[gpu.sh] throughput groups: $("$PY" -m bench.gpu_packing --list | tr '\n' ';')"
   "$PY" -c "import ray" >/dev/null 2>&1 || echo "[gpu.sh] no Ray here: the sweep section would be skipped (../shared/tools/device-bundle)"
@@ -88,6 +93,19 @@ elif ! "$PY" -m bench.gpu_bench --check-cuda --out "$OUT"; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || true
 : > "$OUT/timings.jsonl"
+
+# the GPU tests first (skipped without CUDA, as in CPU_CHECK=1): the recorded step proven before it is timed
+GPU_TESTS_RC=0 T0=$(date +%s)
+echo "[gpu.sh] gpu-tests (timeout ${GPU_TESTS_S}s): pytest -m gpu"
+timeout -k 10 "$GPU_TESTS_S" "$PY" -m pytest -m gpu -q -rs -s -p no:cacheprovider tests/test_model_graphs_cuda.py \
+  2>&1 | tee "$OUT/gpu_tests.log" | grep -E '^\[gpu tests\]|passed|failed|skipped|error|FAILED|CUDA graphs off' || true
+GPU_TESTS_RC=${PIPESTATUS[0]}
+GPU_TESTS_STATUS=ok
+if [ "$GPU_TESTS_RC" = 124 ] || [ "$GPU_TESTS_RC" = 137 ]; then GPU_TESTS_STATUS="timed out after ${GPU_TESTS_S}s"
+elif [ "$GPU_TESTS_RC" != 0 ]; then GPU_TESTS_STATUS="rc $GPU_TESTS_RC (see $OUT/gpu_tests.log)"; fi
+echo "[gpu.sh] gpu-tests: $GPU_TESTS_STATUS in $(( $(date +%s) - T0 ))s"
+printf '{"item": "gpu-tests", "section": "gpu-tests", "budget_s": %s, "ran_s": %s, "rc": %s, "status": "%s"}\n' \
+  "$GPU_TESTS_S" "$(( $(date +%s) - T0 ))" "$GPU_TESTS_RC" "$GPU_TESTS_STATUS" >> "$OUT/timings.jsonl"
 
 plan() {  # plan ITEM FIELD: a field of the plan's item (no torch import)
   "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]][sys.argv[3]][sys.argv[4]])" \
@@ -180,3 +198,7 @@ for section in $SECTIONS; do
 done
 "$PY" -m bench.gpu_bench --report --out "$OUT" || echo "[gpu.sh] report failed"
 echo "[gpu.sh] done in $(( $(date +%s) - START ))s: $OUT/gpu_results.json"
+if [ "$GPU_TESTS_RC" != 0 ]; then
+  echo "[gpu.sh] the GPU tests did not pass ($GPU_TESTS_STATUS): the figures above were measured anyway"
+  exit 1
+fi

@@ -39,7 +39,7 @@ def environment() -> dict[str, Any]:
         if info["cuda"]:
             p = torch.cuda.get_device_properties(0)
             info.update(gpu=p.name, gpu_memory_gb=p.total_memory / 2**30, cuda_version=torch.version.cuda,
-                        bf16=torch.cuda.is_bf16_supported())
+                        bf16=torch.cuda.is_bf16_supported(including_emulation=False))
     except Exception as exc:  # noqa: BLE001 - the report says what was there
         info.update(torch=None, cuda=False, torch_error=f"{type(exc).__name__}: {exc}")
     try:

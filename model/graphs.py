@@ -40,7 +40,7 @@ def refusal(device: torch.device, amp_dtype: torch.dtype | None, condition: obje
     if device.type != "cuda":
         return "not a CUDA device"
     if amp_dtype == torch.float16:
-        return "fp16 autocast needs the GradScaler's host-side overflow check each step; use --amp bf16"
+        return "fp16 autocast needs the loss scaler's host-side overflow check each step; use --amp bf16"
     if not type(condition).graph_safe:
         return (f"condition {type(condition).name!r} does not declare itself graph_safe "
                 "(interventions.base)")

@@ -27,7 +27,7 @@ class TrainConfig:
     steps_per_epoch: int | None = None  # None: one pass, len(train) // (batch · context)
     eval_batches: int = 8  # fixed validation batches for val_loss
     probe_seqs: int = 16  # sequences in the fixed probe batch (× context positions)
-    amp: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: bf16/fp16 on CUDA, off on CPU
+    amp: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: native bf16, else fp16 on CUDA; off on CPU
     device: str = "auto"  # auto: cuda if available
     seed: int = 0  # batch order (weights are seeded by build_model)
     compile: bool = False  # torch.compile the forward pass (CUDA only)
@@ -64,20 +64,51 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype ``TrainConfig.amp`` means on ``device`` (None: full precision).
+AMP_CHOICES = ("auto", "bf16", "fp16", "off")
 
-    On CUDA it also lets training's fp32 matmuls use TF32, as every run there does, through
-    PyTorch's per-backend precision API only (mixing it with the legacy ``allow_tf32`` flags is an
-    error in PyTorch). The probe forces full precision for itself (``metrics.probe``)."""
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.fp32_precision = "tf32"
-        torch.backends.cudnn.conv.fp32_precision = "tf32"
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes in bfloat16 natively: a CUDA GPU of compute capability 8.0 or
+    later (Ampere on). ``torch.cuda.is_bf16_supported()`` also says yes where it is emulated
+    (its ``including_emulation`` defaults to True): a T4 (7.5) or a V100 (7.0), where bf16 is slow."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
+
+
+def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype ``TrainConfig.amp`` means on ``device`` (None: full precision). ``auto``:
+    bf16 where the GPU has it natively (``native_bf16``), else fp16 (with per-member loss scaling,
+    ``model.scaler``); on the CPU always None. No side effect: TF32 is ``set_tf32``'s."""
     if device.type != "cuda" or amp == "off":
         return None
     if amp == "auto":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if native_bf16(device) else torch.float16
     return torch.bfloat16 if amp == "bf16" else torch.float16
+
+
+def set_tf32(enabled: bool, device: torch.device) -> None:
+    """Let fp32 matmuls and convolutions on CUDA use TF32 (``enabled``) or not: called where a run
+    starts (``python -m model.train``, the sweep's trial), never as a side effect. PyTorch's
+    per-backend precision API only (mixing it with the legacy ``allow_tf32`` flags is an error);
+    the probe forces full precision for itself (``metrics.probe``). Nothing to do on the CPU."""
+    if device.type != "cuda":
+        return
+    value = "tf32" if enabled else "ieee"
+    torch.backends.cuda.matmul.fp32_precision = value
+    torch.backends.cudnn.conv.fp32_precision = value
+
+
+def add_precision_flags(group: Any) -> None:
+    """``--amp``, ``--graphs/--no-graphs``, ``--tf32/--no-tf32`` on an argparse parser or group
+    (``python -m model.train`` and, through ``sweep.gpu_flags``, every sweep)."""
+    import argparse
+
+    group.add_argument("--amp", choices=AMP_CHOICES, default="auto",
+                       help="autocast on CUDA: auto (bf16 where the GPU has it natively, compute capability "
+                       ">= 8.0; else fp16 with per-member loss scaling), bf16, fp16 or off; the CPU runs fp32")
+    group.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
+                       help="replay each training step from a CUDA graph (CUDA only; fp16 trains eagerly)")
+    group.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
+                       help="let fp32 matmuls use TF32 on CUDA")
 
 
 #: the modules whose ``weight`` AdamW decays (SPEC §3: matrices and embeddings); biases and

@@ -17,7 +17,7 @@ class EpochReport:
     """What ``on_epoch`` receives for one member: run-level columns and one row per layer."""
 
     epoch: int
-    run: dict[str, Any]  # train_loss, val_loss, grad_norm, tokens_seen, wall_s, tokens_per_s, status
+    run: dict[str, Any]  # train_loss, val_loss, grad_norm, tokens_seen, wall_s, tokens_per_s, status, skipped_steps
     layers: list[dict[str, Any]] = field(default_factory=list)  # §4.1 columns incl. grad norms
 
 
@@ -27,6 +27,7 @@ class EpochMeans(NamedTuple):
     loss: float | None
     grad_norm: float | None  # pre-clip global gradient norm
     grad_qk: Tensor | None  # [L, 2] mean q/k gradient norms
+    skipped: int | None = None  # steps skipped by fp16 loss scaling (their norms are in neither mean)
 
 
 BEFORE_TRAINING = EpochMeans(None, None, None)
@@ -44,7 +45,7 @@ def epoch_report(layers: list[dict[str, Any]], means: EpochMeans, epoch: int, st
         "train_loss": means.loss, "val_loss": val_loss, "grad_norm": means.grad_norm,
         "tokens_seen": tokens_seen, "wall_s": wall_s,
         "tokens_per_s": None if not epoch_wall else tokens_epoch / epoch_wall,
-        "status": status,
+        "status": status, "skipped_steps": means.skipped,
     }
     return EpochReport(epoch, run, layers)
 
@@ -52,5 +53,6 @@ def epoch_report(layers: list[dict[str, Any]], means: EpochMeans, epoch: int, st
 def diverged_report(epoch: int, tokens_seen: int, wall_s: float) -> EpochReport:
     """The one report of the epoch in which a member's loss turned non-finite (no probe)."""
     run = {"train_loss": float("nan"), "val_loss": None, "grad_norm": None,
-           "tokens_seen": tokens_seen, "wall_s": wall_s, "tokens_per_s": None, "status": "diverged"}
+           "tokens_seen": tokens_seen, "wall_s": wall_s, "tokens_per_s": None, "status": "diverged",
+           "skipped_steps": None}
     return EpochReport(epoch, run, [])

@@ -10,11 +10,13 @@ import sys
 
 import torch
 
+from interventions import CONTROL, make_intervention
+from interventions import REGISTRY as INTERVENTIONS
 from model.corpus import Corpus, load_corpus
 from model.gpt import GPTConfig
 from model.plugins import add_plugin_flag, preload
 from model.qk_init import DEFAULT_INIT, QK_INITS
-from model.recipe import TrainConfig
+from model.recipe import TrainConfig, add_precision_flags, resolve_device, set_tf32
 from model.report import EpochReport
 from model.stack import Member
 from model.trainer import Trainer
@@ -31,6 +33,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--corpus", default="stdlib-docs", help="wikitext103, stdlib-docs or a UTF-8 text file")
     p.add_argument("--data-dir", default=None, help="folder holding wiki.train.raw (wikitext103 only)")
     p.add_argument("--init", default=DEFAULT_INIT, choices=sorted(QK_INITS), help="Q/K initialisation")
+    p.add_argument("--condition", default=CONTROL, choices=sorted(INTERVENTIONS),
+                   help="intervention (SPEC §5) at its default strengths")
     p.add_argument("--depth", type=int, default=4, help="transformer blocks (>= 1)")
     p.add_argument("--seed", type=int, default=37, help="seed of the weights and the batch order (>= 0)")
     p.add_argument("--epochs", type=int, default=3, help="epochs after epoch 0 (>= 1)")
@@ -42,6 +46,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--context", type=int, default=64, help="tokens per training window (>= 1)")
     p.add_argument("--lr", type=float, default=1e-3, help="constant AdamW learning rate (> 0)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N")
+    add_precision_flags(p)  # --amp, --graphs/--no-graphs, --tf32/--no-tf32
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return p.parse_args(argv)
 
@@ -86,10 +91,14 @@ def _train(args: argparse.Namespace, corpus: Corpus) -> None:
     model_cfg = GPTConfig(vocab_size=corpus.vocab_size, n_layer=args.depth, n_head=args.n_head,
                           d_model=args.d_model, d_mlp=args.d_mlp, context=args.context)
     cfg = TrainConfig(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
-                      steps_per_epoch=args.steps_per_epoch, seed=args.seed, device=args.device)
-    trainer = Trainer(model_cfg, [Member(args.init, args.seed, cfg)], corpus)
+                      steps_per_epoch=args.steps_per_epoch, seed=args.seed, device=args.device, amp=args.amp)
+    set_tf32(args.tf32, resolve_device(args.device))  # where the run starts, never as a side effect
+    trainer = Trainer(model_cfg, [Member(args.init, args.seed, cfg)], corpus,
+                      lambda: make_intervention(args.condition), graphs=args.graphs)
+    amp = "fp32" if trainer.amp_dtype is None else str(trainer.amp_dtype).removeprefix("torch.")
     print(f"{corpus.name}: {corpus.vocab_size} symbols, {len(corpus.train):,} train / {len(corpus.val):,} val "
-          f"tokens; {args.init}, {args.depth} layers, {trainer.model.num_params():,} parameters on {trainer.device}")
+          f"tokens; {args.init}, {args.condition}, {args.depth} layers, {trainer.model.num_params():,} parameters on {trainer.device} "
+          f"({amp}, CUDA graphs {trainer.graph_status})")
 
     def show(_: int, r: EpochReport) -> None:
         run = r.run

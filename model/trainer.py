@@ -33,7 +33,7 @@ from torch import Tensor
 
 from metrics.probe import probe_members
 from model import graphs as graphs_mod
-from model.corpus import VAL_SEED, BatchSampler, Corpus, fixed_windows, probe_batch
+from model.corpus import VAL_SEED, BatchSampler, Corpus, device_tokens, fixed_windows, probe_batch
 from model.gpt import GPTConfig
 from model.qk_init import build_model
 from model.recipe import (
@@ -52,6 +52,7 @@ from model.report import (
     diverged_report,
     epoch_report,
 )
+from model.scaler import MemberScaler, masked_step
 from model.stack import Member, check_packable, plain, stack
 
 if TYPE_CHECKING:
@@ -103,10 +104,8 @@ class Trainer:
             self._step_condition.setup(self.model)
 
         self.amp_dtype = resolve_amp(cfg.amp, self.device)
-        if self.amp_dtype == torch.float16 and self.packed:
-            raise ValueError("fp16 autocast: the GradScaler would skip the step of the whole pack when one member "
-                             "overflows; use amp bf16 or off, or train unpacked")
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        #: fp16: one loss scale per member, whose overflow skips its own step only (``model.scaler``)
+        self.scaler = MemberScaler(M, self.device, enabled=self.amp_dtype == torch.float16)
         refused = graphs_mod.refusal(self.device, self.amp_dtype, self.interventions[0]) if graphs else "graphs=False"
         self._graphs = self._val_graphs = refused is None
         #: "on" (recorded, or to be recorded at the first epoch), or "off: why"
@@ -117,17 +116,18 @@ class Trainer:
         self._val_graph: graphs_mod.ForwardGraph | None = None
         self.optimizer = self._make_optimizer()
 
-        self.samplers = [BatchSampler(corpus.train, cfg.batch_size, model_cfg.context, m.train.seed, self.device)
+        train = device_tokens(corpus.train, self.device)  # one copy on the device, every member's sampler reads it
+        self.samplers = [BatchSampler(train, cfg.batch_size, model_cfg.context, m.train.seed, self.device)
                          for m in self.members]
         self.val_x, self.val_y = (t.to(self.device) for t in fixed_windows(
             corpus.val, cfg.eval_batches * cfg.batch_size, model_cfg.context, VAL_SEED))
         self.probe_x = probe_batch(corpus, cfg.probe_seqs, model_cfg.context).to(self.device)
         self._forward = compile_model(self.model) if cfg.compile and self.device.type == "cuda" else self.model
         self._qk_names = [f"blocks.{b}.attn.{p}.weight" for b in range(model_cfg.n_layer) for p in ("q_proj", "k_proj")]
-        #: the epoch's running sums per member (loss, pre-clip grad norm, [M, 2L] q/k grad norms),
-        #: float64: made once, so that a recorded step keeps writing into the same tensors
+        #: the epoch's running sums per member (loss, pre-clip grad norm, [M, 2L] q/k grad norms, skipped
+        #: steps), float64: made once, so that a recorded step keeps writing into the same tensors
         self._sums = tuple(torch.zeros(shape, device=self.device, dtype=torch.float64)
-                           for shape in ((M,), (M,), (M, len(self._qk_names))))
+                           for shape in ((M,), (M,), (M, len(self._qk_names)), (M,)))
         self.epoch, self.step = 0, 0
         self.tokens_seen = [0] * M
         self.wall_s = [0.0] * M
@@ -279,16 +279,23 @@ class Trainer:
     def _body(self, x: Tensor, y: Tensor) -> None:
         """One step's device work for every member (forward, extra loss, backward, norms, clip,
         AdamW, running sums); x, y: [B, T] (a pack: [M, B, T]). The gradients are left for the
-        caller to drop."""
-        loss_sum, norm_sum, qk_sum = self._sums
+        caller to drop. With fp16 loss scaling a member whose gradients overflowed skips its step:
+        it is counted, and its norms are not summed."""
+        loss_sum, norm_sum, qk_sum, skip_sum = self._sums
         with self._autocast():
             loss, total = self._losses(x, y)
-        self.scaler.scale(total.sum()).backward()  # members share nothing: each gets its own gradient
-        self.scaler.unscale_(self.optimizer)
-        qk_sum += self._qk_grad_norms().double()
-        norm_sum += self._clip([p for g in self.optimizer.param_groups for p in g["params"]]).double()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        self.scaler.scale_loss(total).sum().backward()  # members share nothing: each gets its own gradient
+        trained = [p for g in self.optimizer.param_groups for p in g["params"]]
+        overflow = self.scaler.unscale_([p.grad for p in trained], self.packed)  # [M] bool, None: no scaling
+        qk, norms = self._qk_grad_norms(), self._clip(trained)
+        if overflow is not None:
+            qk, norms = torch.where(overflow[:, None], 0.0, qk), torch.where(overflow, 0.0, norms)
+            skip_sum += overflow.double()
+        qk_sum += qk.double()
+        norm_sum += norms.double()
+        masked_step(self.optimizer, trained, overflow, self.packed)
+        if overflow is not None:
+            self.scaler.update(overflow)
         loss_sum += loss.detach().double()
 
     def _fall_back(self, exc: Exception) -> None:
@@ -329,7 +336,7 @@ class Trainer:
         batch = self._next_batch()
         if self._graphs and self._step_graph is None:
             self._record(*batch)
-        loss_sum, norm_sum, qk_sum = self._sums
+        loss_sum, norm_sum, qk_sum, skip_sum = self._sums
         for t in self._sums:
             t.zero_()
         results: dict[int, EpochMeans | None] = {}
@@ -353,9 +360,14 @@ class Trainer:
                 if not live:
                     break
         n = self.steps_per_epoch
-        means = (torch.cat([loss_sum[:, None], norm_sum[:, None], qk_sum], dim=1) / n).cpu()
+        skipped = skip_sum.cpu()
+        taken = (n - skipped).clamp(min=1)  # the norms' means are over the steps taken
+        means = torch.cat([(loss_sum / n).cpu()[:, None], (norm_sum.cpu() / taken)[:, None],
+                           qk_sum.cpu() / taken[:, None]], dim=1)
         for i in live:
-            results[i] = EpochMeans(means[i, 0].item(), means[i, 1].item(), means[i, 2:].view(-1, 2))
+            none = skipped[i].item() == n  # every step skipped: no norm measured
+            results[i] = EpochMeans(means[i, 0].item(), None if none else means[i, 1].item(),
+                                    None if none else means[i, 2:].view(-1, 2), int(skipped[i].item()))
         return {i: results[i] for i in running}
 
     def run(self, on_epoch: OnEpoch | None = None) -> list[Status]:

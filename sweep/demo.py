@@ -45,6 +45,7 @@ from sweep.extension import ExtensionSettings, probe_checkpoints
 from sweep.extension.checkpoint_series import load_manifest
 from sweep.extension.revision_probe import ProbeSettings
 from sweep.extension.tiny_series import build_series
+from sweep.gpu_flags import add_gpu_flags, gpu_options
 from sweep.options import TrialOptions
 from sweep.packing import check_pack
 from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
@@ -79,6 +80,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    "long enough for Table 4's counts (default report: runs/report-paper-depths)")
     p.add_argument("--tiny-series", default="runs/tiny-series", help="where the tiny checkpoint series is built")
     p.add_argument("--address", help="join a running Ray cluster (e.g. auto); default: start a local one")
+    add_gpu_flags(p)
     p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance, >= 1 (default: all)")
     p.add_argument("--progress-tables", action="store_true",
                    help="print Tune's full trial status table at every report (default: one progress line)")
@@ -113,7 +115,7 @@ def _main(args: argparse.Namespace) -> int:
     # a checkpoint every 5 epochs: a crash loses at most 5 short epochs, and 20 checkpoints
     # a run would cost more than a minute of the demo's two cores; every step (and its Ray
     # workers) imports the plugins
-    trial = TrialOptions(args.store, args.storage, checkpoint_every=5)
+    trial = TrialOptions(args.store, args.storage, checkpoint_every=5, **gpu_options(args))
     plugins = Plugins.from_args(args)  # one value for every trial and probe actor
     baseline = BASELINE_PRESETS[preset]
     grid = INTERVENTION_PRESETS[preset]

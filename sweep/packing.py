@@ -2,10 +2,11 @@
 
 A pack is one trial that trains M runs of one shape, same depth, condition and strengths (the
 preset fixes corpus and schedule), differing in init and seed, as one batched model
-(``model.trainer.Trainer`` with several members). ``plan_packs`` cuts a grid into packs; ``--pack
-auto`` is every run of a shape when the Ray cluster has GPUs and 1 on a CPU-only
-cluster, where packing buys nothing. A condition that is not pack-aware runs unpacked.
-No Ray here: the driver passes the cluster's GPU count in.
+(``model.trainer.Trainer`` with several members). ``plan_packs`` cuts a grid into packs. ``--pack
+auto`` on a cluster with G GPUs cuts each shape into as many packs as keep all G busy
+(``sweep.schedule.best_split``: at least G trials where the grid has G runs, each asking one whole GPU,
+longest first) and is 1 on a CPU-only cluster, where packing buys nothing. A condition that is not
+pack-aware runs unpacked. No Ray here: the driver passes the cluster's GPU count in.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd
 
 from sweep.cli import PackRequest, UsageError
 from sweep.presets import Cell, Preset
+from sweep.schedule import best_split, longest_first, lower_bound, simulate, split_sizes, work
 
 
 @dataclass(frozen=True)
@@ -72,10 +74,33 @@ def check_pack(flag: str, request: PackRequest, cells: Sequence[Cell]) -> None:
 
 
 def pack_size(request: PackRequest, cluster_gpus: float) -> int | None:
-    """Members per pack: ``request``; for ``auto`` None (a whole shape) with GPUs, else 1."""
+    """Members per pack: ``request``; for ``auto`` None (planned from the GPUs) with GPUs, else 1."""
     if request != "auto":
         return request
     return None if cluster_gpus > 0 else 1
+
+
+def planned_gpus(cluster_gpus: float) -> int:
+    """The GPUs ``--pack auto`` plans for: the cluster's whole GPUs (at least one)."""
+    return max(1, int(cluster_gpus))
+
+
+def gpu_share(requested: float | None, request: PackRequest, cluster_gpus: float) -> float:
+    """GPUs per trial: ``--gpus-per-trial``; else with GPUs one whole GPU for ``--pack auto`` (its
+    plan fills each GPU with one trial at a time) and ``DEFAULT_GPU_FRACTION`` for an explicit
+    ``--pack``; 0 without GPUs."""
+    if requested is not None:
+        return requested
+    if cluster_gpus <= 0:
+        return 0.0
+    from sweep.ray_env import DEFAULT_GPU_FRACTION
+
+    return min(1.0, cluster_gpus) if request == "auto" else DEFAULT_GPU_FRACTION  # a cluster of 0.5 GPU: 0.5
+
+
+def trial_work(pack: Pack, steps: int = 1) -> float:
+    """The pack's work (``sweep.schedule.work``: members × depth × steps)."""
+    return work(pack.size, pack.depth, steps)
 
 
 def plan_packs(cells: Sequence[Cell], request: PackRequest, cluster_gpus: float,
@@ -91,13 +116,23 @@ def plan_packs(cells: Sequence[Cell], request: PackRequest, cluster_gpus: float,
         from interventions.base import packable_condition as packable
     check_pack("--pack", request, cells)
     size = pack_size(request, cluster_gpus)
+    groups = shapes(cells)
+    notes = [f"condition {condition} is not pack-aware: its runs train unpacked, one per trial"
+             for (_, condition, _), group in groups.items()
+             if not packable(condition) and len(group) > 1 and size != 1]
     packs: list[Pack] = []
-    notes: list[str] = []
-    for (_, condition, _), group in shapes(cells).items():
-        k = len(group) if size is None else size
-        if k > 1 and not packable(condition):
-            notes.append(f"condition {condition} is not pack-aware: its runs train unpacked, one per trial")
-            k = 1
+    if size is None:  # auto with GPUs: as many packs per shape as keep every GPU busy
+        counts = best_split([(len(g), work(1, d), packable(c)) for (d, c, _), g in groups.items()],
+                            planned_gpus(cluster_gpus))
+        for group, k in zip(groups.values(), counts, strict=True):
+            at = 0
+            for n in split_sizes(len(group), k):
+                packs.append(Pack(tuple(group[at:at + n])))
+                at += n
+        order = longest_first([trial_work(p) for p in packs])
+        return [packs[i] for i in order], list(dict.fromkeys(notes))
+    for (_, condition, _), group in groups.items():
+        k = size if packable(condition) else 1
         packs += [Pack(tuple(group[i:i + k])) for i in range(0, len(group), k)]
     order = {c.run_id: i for i, c in enumerate(cells)}
     packs.sort(key=lambda p: order[p.cells[0].run_id])  # unpacked: the grid's own order, as before
@@ -142,8 +177,26 @@ def describe_plan(name: str, preset: Preset, packs: Sequence[Pack], notes: Seque
              f"  resources per trial: {resources['cpu']:g} CPU, {resources['gpu']:g} GPU",
              f"  optimiser steps: {epochs} epochs × {about}{steps:,} = {about}{trial_steps:,} per trial; "
              f"{about}{trial_steps * len(packs):,} trial steps, {about}{trial_steps * runs:,} run steps in all"]
+    if cluster_gpus > 0 and resources["gpu"] > 0:
+        lines.append(makespan_line(packs, cluster_gpus, resources["gpu"], trial_steps, about))
     for t, p in enumerate(packs, 1):
         swept = "".join(f" {k}={v:g}" for k, v in p.cells[0].strengths)
         lines.append(f"  trial {t:>3}: {p.condition}{swept} L{p.depth}, {p.size} run{'s' if p.size > 1 else ''}: "
                      f"{p.members_text()}")
     return "\n".join(lines)
+
+
+def makespan_line(packs: Sequence[Pack], cluster_gpus: float, gpu: float, steps: int, about: str = "") -> str:
+    """The plan's estimated makespan on the cluster's GPUs (``sweep.schedule``: a GPU runs one
+    layer-step of work per unit of time, one trial at a time in Tune's order; ``gpu`` < 1 per trial:
+    trials sharing a GPU split its time, so at best all the work over all GPUs, or the longest
+    trial) next to the best any split of the runs could do."""
+    gpus = planned_gpus(cluster_gpus)
+    works = [trial_work(p, steps) for p in packs]
+    if gpu < 1:
+        span = max(sum(works) / gpus, max(works))
+    else:
+        span = simulate(works, max(1, int(gpus / gpu))).makespan
+    bound = lower_bound([work(1, p.depth, steps) for p in packs for _ in p.cells], gpus)
+    return (f"  estimated makespan on {gpus} GPU{'s' if gpus > 1 else ''}: {about}{span:,.0f} layer-steps "
+            f"on the busiest GPU (steps × layers; the best split of the runs: {about}{bound:,.0f}, ×{span / bound:.2f})")

@@ -1,8 +1,8 @@
 """The one place that starts Ray and settles what its workers need: absolute store URIs and GPUs.
 
 Trials and probe actors run in their own working directories (local paths must be
-absolute) and share the cluster's GPUs (by default a quarter of one each when the
-cluster has any, else none). ``sweep.runner`` and ``sweep.extension`` both use this.
+absolute) and share the cluster's GPUs (by default a whole one per trial under ``--pack auto``, a
+quarter of one per trial or probe actor otherwise, when the cluster has any; else none). ``sweep.runner`` and ``sweep.extension`` both use this.
 Ray is imported inside the functions, so a bad flag is refused before it loads.
 """
 
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweep.cli import local_gpus
+from sweep.cli import PackRequest, local_gpus
 
-#: GPUs per trial / per probe actor when the flag is not given and the cluster has GPUs.
+#: GPUs per trial (an explicit ``--pack``) / per probe actor when the flag is not given and the
+#: cluster has GPUs; ``--pack auto`` plans whole GPUs (``sweep.packing.gpu_share``).
 DEFAULT_GPU_FRACTION = 0.25
 
 #: A local Ray on a laptop runs its trials at the priority of any other program and leaves out
@@ -63,10 +64,14 @@ def node_gpus(local: float | None = None) -> float:
     return float(local if local is not None else local_gpus())
 
 
-def default_gpus(requested: float | None) -> float:
-    """``requested``, else ``DEFAULT_GPU_FRACTION`` when the running cluster has GPUs, else 0."""
+def default_gpus(requested: float | None, pack: PackRequest = 1) -> float:
+    """``requested``, else what ``sweep.packing.gpu_share`` gives on the running cluster: one whole
+    GPU a trial for ``--pack auto``, ``DEFAULT_GPU_FRACTION`` for an explicit pack or a probe
+    actor; 0 without GPUs."""
     if requested is not None:
         return requested
     import ray
 
-    return DEFAULT_GPU_FRACTION if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+    from sweep.packing import gpu_share
+
+    return gpu_share(None, pack, ray.cluster_resources().get("GPU", 0.0))

@@ -33,10 +33,11 @@ from sweep.cli import (
     plain_name,
 )
 from sweep.faults import FaultInjection, add_fault_flags, fault_from_args
+from sweep.gpu_flags import add_gpu_flags, gpu_options
 from sweep.options import TrialOptions
-from sweep.packing import check_pack, describe_plan, plan_frame, plan_packs
+from sweep.packing import check_pack, describe_plan, gpu_share, plan_frame, plan_packs
 from sweep.presets import Preset
-from sweep.ray_env import DEFAULT_GPU_FRACTION, absolute_uri, default_gpus, init_ray, node_gpus
+from sweep.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
 from sweep.resume import experiment_trials, repair_checkpoints
 from sweep.spec import (
     LEGACY_VERSION,
@@ -66,7 +67,7 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     g.add_argument("--name", help=f"experiment name, a plain name without '/' (default {default_name})")
     g.add_argument("--gpus-per-trial", type=float,
                    help="GPUs per trial, 0..one node's GPUs; fractions pack trials onto a GPU "
-                   "(default 0.25 when the cluster has GPUs, else 0)")
+                   "(default with GPUs: 1 under --pack auto, 0.25 with an explicit --pack; else 0)")
     g.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (> 0; torch threads)")
     g.add_argument("--max-concurrent", type=int, help="most trials at once, >= 1 (default: as many as "
                    "resources allow)")
@@ -89,6 +90,7 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     add_tracker_flags(g)
     add_plugin_flag(g)
     add_fault_flags(g)  # tests: inject one crash
+    add_gpu_flags(p)  # --amp, --graphs, --tf32 (sweep.gpu_flags)
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSett
     trial = TrialOptions(
         store=args.store, storage=args.storage, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial, checkpoint_every=args.checkpoint_every, compile=args.compile,
+        **gpu_options(args),
     )
     return SweepSettings(name, trial, args.address, args.num_cpus, args.max_concurrent, args.max_failures,
                          args.resume, args.num_gpus, pack_request("--pack", args.pack), args.dry_run,
@@ -217,13 +220,13 @@ def dry_run(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     if not (ray.is_initialized() or settings.address or os.environ.get("RAY_ADDRESS")):
         gpus = node_gpus(settings.num_gpus)
         gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, gpus)
-        gpu = trial.gpus_per_trial if trial.gpus_per_trial is not None else (DEFAULT_GPU_FRACTION if gpus else 0.0)
+        gpu = gpu_share(trial.gpus_per_trial, settings.pack, gpus)
     else:
         started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
         try:
             gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())
             gpus = ray.cluster_resources().get("GPU", 0.0)
-            gpu = default_gpus(trial.gpus_per_trial)
+            gpu = default_gpus(trial.gpus_per_trial, settings.pack)
         finally:
             if started:
                 ray.shutdown()
@@ -306,7 +309,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
         from sweep.trial import train_cell
 
         options = replace(trial, store=store_uri, storage=storage,
-                          gpus_per_trial=default_gpus(trial.gpus_per_trial))
+                          gpus_per_trial=default_gpus(trial.gpus_per_trial, settings.pack))
         trainable = tune.with_resources(tune.with_parameters(train_cell, corpus=corpus),
                                         {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
         # Tune's classic CLIReporter (the columns we choose) is only used with the old output engine.

@@ -32,6 +32,8 @@ from sweep.store.schema import run_id, strengths_json
 SPEC_VERSION = 2
 LEGACY_VERSION = 1  # experiments started before the run spec: no "version" key
 READABLE = (LEGACY_VERSION, SPEC_VERSION)
+#: ``TrialOptions`` fields added since version 2 began, with the value a trial started before had
+ADDED_OPTIONS = {"amp": "auto", "graphs": True, "tf32": True}
 
 #: ``TrialOptions`` fields of version 1 that are no longer options (test-only fault injection; the
 #: plugins, now the spec's own field)
@@ -90,9 +92,9 @@ class TrialSpec:
         return self.model.n_layer
 
     def run_train(self, run: RunIdentity, device: str) -> TrainConfig:
-        """The recipe of one run on ``device``: its seed, the options' compile flag."""
+        """The recipe of one run on ``device``: its seed, the options' compile flag and AMP."""
         return _trusted(TrainConfig, {**asdict(self.train), "seed": run.seed, "device": device,
-                                      "compile": self.options.compile})
+                                      "compile": self.options.compile, "amp": self.options.amp})
 
     def cell(self) -> dict[str, Any]:
         """What people read (Tune's progress table, ``sweep.browse``, TensorBoard): the condition, depth,
@@ -111,6 +113,7 @@ class TrialSpec:
         without the device and ``compile``, which say where it ran, not what) as canonical JSON."""
         model = json.dumps(asdict(self.model), sort_keys=True)
         recipe = {k: v for k, v in asdict(self.train).items() if k not in ("device", "compile")}
+        recipe["amp"] = self.options.amp  # --amp: what the runs trained in asks for
         return [{**run.row(), "experiment": experiment, "trial": trial, "pack": len(self.runs), "member": i,
                  "model": model, "train": json.dumps({**recipe, "seed": run.seed}, sort_keys=True)}
                 for i, run in enumerate(self.runs)]
@@ -184,7 +187,8 @@ def decode(config: Mapping[str, Any], vocab_size: int | None = None) -> TrialSpe
     return TrialSpec(model=model, train=_trusted(TrainConfig, config["train"]), condition=config["condition"],
                      strengths=tuple(sorted((k, float(v)) for k, v in config["strengths"].items())),
                      runs=tuple(_trusted(RunIdentity, r) for r in config["runs"]),
-                     options=_trusted(TrialOptions, config["options"]), plugins=Plugins(tuple(config["plugins"])))
+                     options=_trusted(TrialOptions, {**ADDED_OPTIONS, **config["options"]}),
+                     plugins=Plugins(tuple(config["plugins"])))
 
 
 def runs_of(config: Mapping[str, Any]) -> tuple[RunIdentity, ...]:

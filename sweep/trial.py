@@ -27,6 +27,7 @@ from ray import tune
 
 from interventions import make_intervention
 from model.corpus import Corpus
+from model.recipe import set_tf32
 from model.report import EpochReport
 from model.stack import Member
 from model.trainer import Trainer
@@ -188,8 +189,10 @@ def _train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     torch.set_num_threads(max(1, int(spec.options.cpus_per_trial)))
     fault = fault_from_config(config)
     device = _device()
+    set_tf32(spec.options.tf32, torch.device(device))  # --tf32: where the run starts (sweep.gpu_flags)
     trainer = Trainer(spec.model, [Member(r.init, r.seed, spec.run_train(r, device)) for r in spec.runs], corpus,
-                      lambda: make_intervention(spec.condition, **dict(spec.strengths)))  # SPEC §5 strengths
+                      lambda: make_intervention(spec.condition, **dict(spec.strengths)),  # SPEC §5 strengths
+                      graphs=spec.options.graphs)
     clock.mark("built")
     restored_epoch = restore(trainer)
     store = Store(spec.options.store)

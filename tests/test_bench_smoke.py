@@ -171,6 +171,7 @@ def test_gpu_script_dry_run_without_cuda(gpu_dry_run) -> None:
     for name, item in plan["items"].items():
         assert item["budget_s"] > item["need_s"] > 0 and f"  {name} " in stdout, name
     assert "budget 470s; sections: throughput clamp probe equivalence sweep" in stdout
+    assert "first: " in stdout and "-m pytest -m gpu tests/test_model_graphs_cuda.py (timeout 120s)" in stdout
     assert "compile                  throughput" in stdout and "(only with that much time left)" in stdout
 
 
@@ -196,8 +197,9 @@ def test_gpu_script_runs_a_section_and_skips_what_does_not_fit(tmp_path: Path) -
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     timings = [json.loads(line) for line in (tmp_path / "timings.jsonl").read_text().splitlines()]
-    assert [(t["item"], t["rc"]) for t in timings] == [("clamp", 0), ("sweep", None)]
-    assert timings[1]["status"].startswith("skipped: needs")
+    # the GPU tests first (skipped without CUDA: rc 0), then the sections
+    assert [(t["item"], t["rc"]) for t in timings] == [("gpu-tests", 0), ("clamp", 0), ("sweep", None)]
+    assert timings[2]["status"].startswith("skipped: needs")
     assert "skip sweep: it needs about" in proc.stdout and "s left in this call (to run it: BUDGET_S=" in proc.stdout
     result = json.loads((tmp_path / "gpu_results.json").read_text())
     assert any(line.startswith("section clamp: ran ") for line in result["targets"]["time"])

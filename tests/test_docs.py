@@ -24,7 +24,7 @@ SPEC = ROOT / "docs" / "SPEC.md"
 README = ROOT / "README.md"
 
 #: Folders never scanned for references (build outputs, environments, run data).
-SKIP_DIRS = {".git", ".venv", ".lock-venv", "runs", "data", "__pycache__", ".pytest_cache",
+SKIP_DIRS = {".git", ".venv", ".lock-venv", ".floors-venv", "runs", "data", "__pycache__", ".pytest_cache",
              ".ruff_cache", ".cluster", "node_modules", "docs"}
 
 _NUM = r"\d+(?:\.\d+)?"

@@ -41,7 +41,7 @@ from mktestdocs import grab_code_blocks
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Never linked into the scratch folder: run data, environments, caches, version control.
-PRIVATE = {".git", ".venv", ".lock-venv", "runs", "data", ".pytest_cache", ".ruff_cache", ".cluster",
+PRIVATE = {".git", ".venv", ".lock-venv", ".floors-venv", "runs", "data", ".pytest_cache", ".ruff_cache", ".cluster",
            "__pycache__"}
 #: ``# my_study.py`` as the first line of a Python block: save the block as that file too.
 SAVE_AS = re.compile(r"^#\s*([A-Za-z_][A-Za-z0-9_]*\.py)\s*$")

@@ -34,7 +34,7 @@ def test_schemas_byte_identical_to_before_the_move() -> None:
     from sweep.store.schema import SCHEMAS
 
     def before(schema):
-        for added in ("strengths", "time"):
+        for added in ("strengths", "time", "skipped_steps"):
             i = schema.get_field_index(added)
             schema = schema if i < 0 else schema.remove(i)
         i = schema.get_field_index("condition")

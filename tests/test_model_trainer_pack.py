@@ -335,3 +335,13 @@ def test_the_compiled_pack_equals_the_eager_pack(dtype: torch.dtype) -> None:
         assert got[2].keys() == eager[2].keys()
         for name in eager[2]:
             torch.testing.assert_close(got[2][name], eager[2][name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_members_share_one_device_copy_of_the_splits() -> None:
+    """A pack holds one copy of the training split (the corpus is uint16: each sampler converting it
+    on its own would make M int32 copies) and one of the validation windows."""
+    pack = Trainer(tiny_model_cfg(), members(), tiny_corpus(), condition("none"))
+    ptrs = {s.data.untyped_storage().data_ptr() for s in pack.samplers}
+    assert len(ptrs) == 1 and len(pack.samplers) == 3
+    assert pack.samplers[0].data.dtype == torch.int32 and len(pack.samplers[0].data) == len(tiny_corpus().train)
+    assert pack.val_x.untyped_storage().data_ptr() != next(iter(ptrs))  # the fixed windows: their own, once

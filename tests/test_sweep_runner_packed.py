@@ -47,7 +47,7 @@ def test_dry_run_packs_the_paper_baseline_into_three_packs_of_twelve(gpu_ray, tm
     assert plan.groupby("trial").size().tolist() == [12, 12, 12]
     assert plan.groupby("trial")["depth"].nunique().tolist() == [1, 1, 1]
     assert "36 runs in 3 trials, packs of 12 (auto: the Ray cluster has 1 GPUs)" in out
-    assert "resources per trial: 1 CPU, 0.25 GPU" in out and "run steps in all" in out
+    assert "resources per trial: 1 CPU, 1 GPU" in out and "run steps in all" in out  # a whole GPU each
     assert "dry run: nothing trained" in out
     _nothing_written(tmp_path)
 
@@ -59,7 +59,7 @@ def test_a_local_dry_run_plans_for_this_machine_without_starting_ray(tmp_path, c
     monkeypatch.setattr(ray, "init", lambda *a, **k: started.append(1))
     plan = baseline.main(["--preset", "paper", "--dry-run", "--num-gpus", "1", *dirs(tmp_path, "plan")])
     assert plan.groupby("trial").size().tolist() == [12, 12, 12] and not started
-    assert "resources per trial: 1 CPU, 0.25 GPU" in capsys.readouterr().out
+    assert "resources per trial: 1 CPU, 1 GPU" in capsys.readouterr().out
     plan = baseline.main(["--preset", "paper", "--dry-run", "--num-gpus", "0", *dirs(tmp_path, "plan")])
     assert plan["trial"].nunique() == 36 and not started
     assert "resources per trial: 1 CPU, 0 GPU" in capsys.readouterr().out

@@ -77,7 +77,7 @@ def test_every_trial_of_every_preset_round_trips_as_plain_data() -> None:
 def test_a_pack_cell_lists_its_members() -> None:
     (pack, *_), _ = plan_packs(BASELINE_PRESETS["paper"].cells(), "auto", 1, packable=everything)
     cell = cell_of(_config(TrialSpec.of(pack, OPTIONS, VOCAB, PLUGINS)))
-    assert cell["pack"] == 12 and cell["seed"] == "37,42,105,210" and cell["depth"] == 4
+    assert cell["pack"] == 12 and cell["seed"] == "37,42,105,210" and cell["depth"] == 8  # longest first
     one = cell_of(_config(TrialSpec.of(plan_packs(pack.cells, 1, 0)[0][0], OPTIONS, VOCAB, PLUGINS)))
     assert "pack" not in one and one["seed"] == 37 and one["condition"] == "none"
 

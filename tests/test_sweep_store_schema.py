@@ -29,7 +29,7 @@ def test_layer_and_epoch_schemas_have_the_documented_columns_in_order() -> None:
                                        "strengths"]
     assert SCHEMAS["epochs"].names == [*IDENTITY, "epoch", "train_loss", "val_loss", "grad_norm", "wall_s",
                                        "tokens_per_s", "tokens_seen", "status", "schema_version", "strengths",
-                                       "time"]
+                                       "time", "skipped_steps"]
     for table in ("layers", "epochs"):  # a run's key column is never null (a checkpoint's layer is,
         for k in KEYS[table]:          # on the one row of a failed revision)
             assert not SCHEMAS[table].field(k).nullable, (table, k)

@@ -84,6 +84,9 @@ EPOCHS = pa.schema(
         # when the trial wrote the epoch's rows (UTC): what a tracker stamps the epoch with (SPEC §6.1);
         # null in stores written before the column
         pa.field("time", pa.timestamp("ms", tz="UTC")),
+        # optimiser steps of the epoch that fp16 loss scaling skipped (an inf/NaN gradient; SPEC §3):
+        # null at epoch 0, on the diverged row and in stores written before the column
+        pa.field("skipped_steps", pa.float64()),  # a count; float64 as pandas reads a nullable column
     ]
 )
 
