@@ -51,6 +51,13 @@ is found after the test and fails it.
   subprocess started as soon as collection ends when a selected test uses the fixture, so that its
   ~5 s of parsing the standard library runs beside the other tests (test_model_corpus.py).
 
+Workers: ``make test`` runs the suite on two ``pytest-xdist`` workers (``-n 2 --dist loadfile``: a
+file's tests, and so its module fixtures, stay on one worker); a bare ``pytest`` runs in one process.
+Each worker gets a Ray temp folder of its own (``RAY_TMPDIR``, set in ``pytest_configure`` for the
+session and restored after), so that Ray sessions started by the two workers' tests never share
+sockets or session folders. The early start of ``stdlib_docs`` is skipped on a worker (every worker
+collects every test, so each would start one): the fixture starts its build when first used.
+
 GC: when collection ends, ``gc.freeze()`` moves everything imported so far out of the cyclic
 collector's reach, so that a ``gc.collect()`` (the checkpoint probe frees each model so; ~0.25 s
 each on the whole heap) and the collector's own full passes scan only what the tests create.
@@ -186,12 +193,39 @@ def _start_stdlib_docs() -> None:
         [sys.executable, "-c", code, str(out / "text.txt")], cwd=root, env=env, stderr=subprocess.PIPE, text=True))
 
 
+_WORKER_RAY_TMPDIR: dict = {}  # on an xdist worker: "dir" (its own Ray temp folder), "before" (RAY_TMPDIR as it was)
+
+
+def _xdist_worker() -> str | None:
+    return os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... on a worker; unset otherwise
+
+
+def pytest_configure(config):
+    worker = _xdist_worker()
+    if worker:  # short: Ray's socket paths under it must stay < 108 characters
+        _WORKER_RAY_TMPDIR.update(dir=tempfile.mkdtemp(prefix=f"qkr{worker}-", dir="/tmp"),
+                                  before=os.environ.get("RAY_TMPDIR"))
+        os.environ["RAY_TMPDIR"] = _WORKER_RAY_TMPDIR["dir"]
+
+
+def pytest_unconfigure(config):
+    if _WORKER_RAY_TMPDIR:
+        before = _WORKER_RAY_TMPDIR["before"]
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
+        shutil.rmtree(_WORKER_RAY_TMPDIR["dir"], ignore_errors=True)
+
+
 def pytest_collection_finish(session):
     # Everything imported so far (torch, transformers, pandas, ...: millions of objects) lives for the
     # session: moved out of the collector's reach, so that a gc.collect() (sweep.extension's probe
     # frees each model so) scans only what the tests create.
     gc.freeze()
     if session.config.option.collectonly:
+        return
+    if _xdist_worker():
         return
     if any("stdlib_docs" in getattr(item, "fixturenames", ()) for item in session.items):
         _start_stdlib_docs()
