@@ -56,7 +56,8 @@ file's tests, and so its module fixtures, stay on one worker); a bare ``pytest``
 Each worker gets a Ray temp folder of its own (``RAY_TMPDIR``, set in ``pytest_configure`` for the
 session and restored after), so that Ray sessions started by the two workers' tests never share
 sockets or session folders. The early start of ``stdlib_docs`` is skipped on a worker (every worker
-collects every test, so each would start one): the fixture starts its build when first used.
+collects every test, so each would start one): the fixture starts its build when first used. On
+workers the longest files are collected first (``LONGEST_FILES``), so that they start first.
 
 GC: when collection ends, ``gc.freeze()`` moves everything imported so far out of the cyclic
 collector's reach, so that a ``gc.collect()`` (the checkpoint probe frees each model so; ~0.25 s
@@ -216,6 +217,21 @@ def pytest_unconfigure(config):
         else:
             os.environ["RAY_TMPDIR"] = before
         shutil.rmtree(_WORKER_RAY_TMPDIR["dir"], ignore_errors=True)
+
+
+#: The longest files, longest first (``--durations=0`` per file, LOG.md): on workers they are collected
+#: first, so that ``--dist loadfile`` hands them out at the start and the short files fill in after,
+#: rather than one worker starting a two-minute file when the other has nothing left.
+LONGEST_FILES = ("test_sweep_runner.py", "test_docs_blocks.py", "test_bench_smoke.py",
+                 "test_sweep_extension_pool.py", "test_sweep_sequential_ray.py", "test_plugins.py",
+                 "test_sweep_trackers_live.py", "test_sweep_runner_packed.py", "test_sweep_cli.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if not _xdist_worker():
+        return
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order kept
 
 
 def pytest_collection_finish(session):
