@@ -21,10 +21,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine, write_json
-
 BENCHMARKS = ("train_step", "probe_cost", "reducer_scaling", "verdicts", "sweep_overhead", "packing",
-              "sequential_error")
+              "sequential_error", "cli_latency")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(names) - set(BENCHMARKS)
     if unknown:
         p.error(f"unknown benchmark(s) {sorted(unknown)}; valid: {', '.join(BENCHMARKS)}")
+    from bench.common import machine, write_json  # after the flags: torch (--help answers at once)
+
     extra = ["--quick"] if args.quick else []
     results: dict[str, Any] = {"machine_at_start": machine(), "quick": args.quick,
                                "command": " ".join(["python -m bench.run_all", *(argv or sys.argv[1:])])}

@@ -1,6 +1,24 @@
-"""The model: NanoGPT-style decoder, Q/K init regimes, corpora and the one trainer (one run or a pack)."""
+"""The model: NanoGPT-style decoder, Q/K init regimes, corpora and the one trainer (one run or a pack).
 
-from model.gpt import GPT, AttentionTrace, GPTConfig
-from model.qk_init import QK_INITS, build_model
+The names below load their modules when first used (PEP 562), so that importing a light submodule
+(``model.plugins``, ``model.qk_init``'s registry for a parser) does not import torch.
+"""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from model.gpt import GPT, AttentionTrace, GPTConfig
+    from model.qk_init import QK_INITS, build_model
+
+_WHERE = {"GPT": "model.gpt", "AttentionTrace": "model.gpt", "GPTConfig": "model.gpt",
+          "QK_INITS": "model.qk_init", "build_model": "model.qk_init"}
 __all__ = ["GPT", "AttentionTrace", "GPTConfig", "QK_INITS", "build_model"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'model' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-import torch
-
-from model.corpus import Corpus, load_corpus
-from model.gpt import GPTConfig
 from model.plugins import add_plugin_flag, preload
 from model.qk_init import DEFAULT_INIT, QK_INITS
-from model.recipe import TrainConfig
-from model.report import EpochReport
-from model.stack import Member
-from model.trainer import Trainer
+
+if TYPE_CHECKING:  # what trains is imported after the flags are parsed: --help answers without torch
+    from model.corpus import Corpus
+    from model.report import EpochReport
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -62,6 +59,8 @@ def _check(args: argparse.Namespace) -> None:
     if args.d_model % args.n_head:
         raise ValueError(f"--d-model {args.d_model} must be a multiple of --n-head {args.n_head}")
     if args.device != "auto":
+        import torch
+
         try:
             torch.device(args.device)
         except RuntimeError:
@@ -73,6 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
     try:
         _check(args)
+        from model.corpus import load_corpus
+
         corpus = load_corpus(args.corpus, args.data_dir, context=args.context)
     except (ValueError, OSError) as exc:  # CorpusError is a ValueError
         if args.debug:
@@ -83,6 +84,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _train(args: argparse.Namespace, corpus: Corpus) -> None:
+    from model.gpt import GPTConfig
+    from model.recipe import TrainConfig
+    from model.stack import Member
+    from model.trainer import Trainer
+
     model_cfg = GPTConfig(vocab_size=corpus.vocab_size, n_layer=args.depth, n_head=args.n_head,
                           d_model=args.d_model, d_mlp=args.d_mlp, context=args.context)
     cfg = TrainConfig(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,

@@ -9,7 +9,8 @@ one module carries a suffix naming what sets it apart: ``_s3`` (moto's S3 server
 ``_reference`` (bench's plain training loop), ``_toy`` (a toy per-layer metric added to
 ``metrics.columns`` and followed to the store and the report). Not named after one module: ``test_plugins.py``
 (docs/extending.md's worked example; model/plugins.py), ``test_security.py`` (untrusted pickles across
-trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/),
+trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/), ``test_entry_points.py`` (every command's parser imports nothing that
+trains),
 ``test_cluster_yaml.py`` and ``test_ray_auth.py`` (the cluster launcher files and Ray's token
 auth), ``test_lock.py`` (requirements.lock against pyproject.toml), ``test_docs.py``
 (docs/SPEC.md: every "SPEC §n" in the code resolves; every path the docs name exists) and ``test_docs_blocks.py`` (every bash and
