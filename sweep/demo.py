@@ -97,7 +97,9 @@ def _main(args: argparse.Namespace) -> int:
     from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
     from sweep.ray_env import init_ray
     from sweep.report import output_target, write_report
-    from sweep.runner import SweepSettings, exit_status, prepare_corpus, run_sweep
+    from sweep.runner import prepare_corpus, run_sweep
+    from sweep.settings import SweepSettings
+    from sweep.summary import exit_status
 
     local_ray_sizes(args.address, args.num_cpus)
     trackers = trackers_from_args(args)

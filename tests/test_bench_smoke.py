@@ -268,7 +268,7 @@ def test_gpu_report_tables_every_section_on_the_cpu(tmp_path: Path, capsys) -> N
 @pytest.mark.ray
 def test_gpu_sweep_twice_on_the_cpu(tmp_path: Path) -> None:
     """bench/gpu.sh's sweep section, tiny, on the CPU: both sweeps complete with equal rows, and each
-    trial's start is timed from its epoch-0 result (sweep.trial.StartClock)."""
+    trial's start is timed from its epoch-0 result (sweep.hooks.StartClock)."""
     from bench import gpu_sweep
 
     result = gpu_sweep.main(["--tiny", "--out", str(tmp_path), "--timeout", "240"])
