@@ -68,7 +68,9 @@ class StartClock(TrialHook):
     the time before its first step went (``bench/gpu_sweep.py``). Built as the trainable starts."""
 
     def __init__(self) -> None:
-        import psutil  # Ray's own dependency
+        from sweep.ray_env import bundled_psutil
+
+        psutil = bundled_psutil()
 
         self.marks = {"process": psutil.Process().create_time(), "trainable": time.time()}
 

@@ -71,3 +71,12 @@ def default_gpus(requested: float | None) -> float:
     import ray
 
     return DEFAULT_GPU_FRACTION if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+
+
+def bundled_psutil():
+    """``psutil``, which this project has through Ray only: Ray ships it in ``ray/thirdparty_files``
+    and puts that folder on ``sys.path`` when it is imported, so Ray is imported first."""
+    import importlib
+
+    importlib.import_module("ray")
+    return importlib.import_module("psutil")
