@@ -1,6 +1,6 @@
 """How long each command takes to answer ``--help`` and a bad flag, and what its parser imports.
 
-    python -m bench.cli_latency [--rounds 5] [--commands sweep.store,model.train] [--json FILE]
+    python -m bench.cli_latency [--rounds 3] [--commands sweep.store,model.train] [--json FILE]
 
 Each command (``COMMANDS``: every ``python -m`` entry point the README and docs/ name) runs in a fresh
 interpreter, as a user types it; the figure is the median wall time over ``--rounds`` runs of
@@ -73,7 +73,7 @@ def measure(module: str, rounds: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m bench.cli_latency", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=5, help="runs per command and flag (the median is kept)")
+    p.add_argument("--rounds", type=int, default=3, help="runs per command and flag (the median is kept)")
     p.add_argument("--commands", default=",".join(COMMANDS), help="comma-separated subset of the commands")
     p.add_argument("--tiny", action="store_true", help="one round of two commands (tests)")
     p.add_argument("--quick", action="store_true", help="two rounds")

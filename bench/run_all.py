@@ -3,7 +3,8 @@
     python -m bench.run_all [--quick] [--only train_step,probe_cost,...] [--out runs/bench]
 
 Runs from any directory (``bench`` is installed with the project); ``--out`` is relative to it.
-``make bench`` runs this (about 13 minutes on a shared 2-core VM; ``--quick`` about 2).
+``make bench`` runs this (about 13 minutes on a shared 2-core VM, and about 1 more for ``cli_latency``;
+``--quick`` about 2, and 1 more).
 Each benchmark prints its own figures and ends with a ``RATIO`` line; this
 driver prints a summary table at the end and writes
 ``<out>/cpu_results.json`` (``<out>/cpu_results_quick.json`` with --quick).
