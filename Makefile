@@ -40,8 +40,12 @@ demo: $(DEMO_STAMP)
 demo-paper: $(DEMO_STAMP)
 	$(BIN)/python -m sweep.demo --paper-depths
 
+# Two pytest-xdist workers, a test file to a worker (its module fixtures built once); each worker's Ray
+# sessions live in a temp folder of its own (tests/conftest.py). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The fast tests on pyproject's lower bounds (requirements-floors.txt), in a throw-away venv; not in CI.
 # FLOORS_TESTS narrows what runs (default: every test that starts no Ray).

@@ -43,7 +43,7 @@ def run_sweep(name: str, extra: list[str], out: Path, tiny: bool, timeout: float
     base = out / "sweep" / name
     store, storage = base / "store", base / "ray"
     cmd = [sys.executable, "-m", "sweep.baseline", *(TINY if tiny else SWEEP), *extra, "--store", str(store),
-           "--storage", str(storage), "--name", f"gpu-sweep-{name}"]
+           "--storage", str(storage), "--name", f"gpu-sweep-{name}", "--trial-hook", "start_clock"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     print(f"[gpu_sweep] {name}: {' '.join(cmd[1:])}", flush=True)
     start = time.time()
@@ -65,7 +65,7 @@ def run_sweep(name: str, extra: list[str], out: Path, tiny: bool, timeout: float
     return result
 
 
-#: the phases of a trial's start (``sweep.trial.StartClock``), as (from mark, to mark)
+#: the phases of a trial's start (``sweep.hooks.StartClock``, the ``start_clock`` trial hook), as (from mark, to mark)
 PHASES = {"sweep start → worker process": (None, "process"), "worker process → trainable": ("process", "trainable"),
           "trainable → trainer built": ("trainable", "built"), "trainer built → epoch 0 reported": ("built", "epoch0"),
           "sweep start → epoch 0 reported": (None, "epoch0")}

@@ -3,7 +3,8 @@
     python -m bench.run_all [--quick] [--only train_step,probe_cost,...] [--out runs/bench]
 
 Runs from any directory (``bench`` is installed with the project); ``--out`` is relative to it.
-``make bench`` runs this (about 13 minutes on a shared 2-core VM; ``--quick`` about 2).
+``make bench`` runs this (about 13 minutes on a shared 2-core VM, and about 1 more for ``cli_latency``;
+``--quick`` about 2, and 1 more).
 Each benchmark prints its own figures and ends with a ``RATIO`` line; this
 driver prints a summary table at the end and writes
 ``<out>/cpu_results.json`` (``<out>/cpu_results_quick.json`` with --quick).
@@ -21,10 +22,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine, write_json
-
 BENCHMARKS = ("train_step", "probe_cost", "reducer_scaling", "verdicts", "sweep_overhead", "packing",
-              "sequential_error")
+              "sequential_error", "cli_latency")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(names) - set(BENCHMARKS)
     if unknown:
         p.error(f"unknown benchmark(s) {sorted(unknown)}; valid: {', '.join(BENCHMARKS)}")
+    from bench.common import machine, write_json  # after the flags: torch (--help answers at once)
+
     extra = ["--quick"] if args.quick else []
     results: dict[str, Any] = {"machine_at_start": machine(), "quick": args.quick,
                                "command": " ".join(["python -m bench.run_all", *(argv or sys.argv[1:])])}

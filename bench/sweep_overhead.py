@@ -123,7 +123,8 @@ def through_ray(preset: Preset, cpus_per_trial: int, num_cpus: int, workdir: Pat
                 verbose: bool) -> dict[str, Any]:
     """``sweep.runner.run_sweep`` into ``workdir``; wall time of the whole call."""
     from sweep.options import TrialOptions
-    from sweep.runner import SweepSettings, run_sweep
+    from sweep.runner import run_sweep
+    from sweep.settings import SweepSettings
 
     log = workdir / "ray_sweep.log"
     trial = TrialOptions(str(workdir / "store"), str(workdir / "ray"), cpus_per_trial=cpus_per_trial,

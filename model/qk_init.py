@@ -31,13 +31,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor, nn
+if TYPE_CHECKING:  # torch is imported where weights are drawn: the registry's names cost no torch (--help)
+    import torch
+    from torch import Tensor
 
-from model.gpt import GPT, GPTConfig
+    from model.gpt import GPT, GPTConfig
 
-QKInit = Callable[[Tensor, Tensor, torch.Generator], None]
+QKInit = Callable[["Tensor", "Tensor", "torch.Generator"], None]
 
 #: Colours for regimes registered without one (matplotlib's tab10 after the built-ins' three).
 _PALETTE = ("#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
@@ -106,6 +108,8 @@ def qk_identical(wq: Tensor, wk: Tensor, gen: torch.Generator) -> None:
                initial_alignment=0.0)
 def disjoint_support_xavier(wq: Tensor, wk: Tensor, gen: torch.Generator) -> None:
     """W_Q on a random half of the input columns, W_K on the other half, each ×√2."""
+    import torch
+
     d_in = wq.shape[1]
     perm = torch.randperm(d_in, generator=gen)
     s_q, s_k = perm[: d_in // 2], perm[d_in // 2 :]
@@ -129,11 +133,20 @@ def check_qk_init(name: str) -> str:
     return name
 
 
-@torch.no_grad()
 def init_weights(model: GPT, qk_init: str, seed: int) -> None:
     """NanoGPT init for every weight (normal 0.02, residual projections
     0.02/sqrt(2·layers), zero biases, LayerNorm 1/0), then the Q/K regime."""
+    import torch
+
     check_qk_init(qk_init)
+    with torch.no_grad():
+        _init_weights(model, qk_init, seed)
+
+
+def _init_weights(model: GPT, qk_init: str, seed: int) -> None:
+    import torch
+    from torch import nn
+
     gen = torch.Generator(device="cpu").manual_seed(seed)
     resid_std = 0.02 / math.sqrt(2 * model.cfg.n_layer)
     for name, module in model.named_modules():
@@ -156,6 +169,8 @@ def init_weights(model: GPT, qk_init: str, seed: int) -> None:
 
 def build_model(cfg: GPTConfig, qk_init: str, seed: int) -> GPT:
     """A GPT on the CPU in float32 with the weights that (cfg, qk_init, seed) fix."""
+    from model.gpt import GPT
+
     check_qk_init(qk_init)
     model = GPT(cfg)
     init_weights(model, qk_init, seed)

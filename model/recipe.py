@@ -64,9 +64,6 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-AMP_CHOICES = ("auto", "bf16", "fp16", "off")
-
-
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` computes in bfloat16 natively: a CUDA GPU of compute capability 8.0 or
     later (Ampere on). ``torch.cuda.is_bf16_supported()`` also says yes where it is emulated
@@ -95,20 +92,6 @@ def set_tf32(enabled: bool, device: torch.device) -> None:
     value = "tf32" if enabled else "ieee"
     torch.backends.cuda.matmul.fp32_precision = value
     torch.backends.cudnn.conv.fp32_precision = value
-
-
-def add_precision_flags(group: Any) -> None:
-    """``--amp``, ``--graphs/--no-graphs``, ``--tf32/--no-tf32`` on an argparse parser or group
-    (``python -m model.train`` and, through ``sweep.gpu_flags``, every sweep)."""
-    import argparse
-
-    group.add_argument("--amp", choices=AMP_CHOICES, default="auto",
-                       help="autocast on CUDA: auto (bf16 where the GPU has it natively, compute capability "
-                       ">= 8.0; else fp16 with per-member loss scaling), bf16, fp16 or off; the CPU runs fp32")
-    group.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
-                       help="replay each training step from a CUDA graph (CUDA only; fp16 trains eagerly)")
-    group.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
-                       help="let fp32 matmuls use TF32 on CUDA")
 
 
 #: the modules whose ``weight`` AdamW decays (SPEC §3: matrices and embeddings); biases and

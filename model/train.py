@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-import torch
-
-from interventions import CONTROL, make_intervention
-from interventions import REGISTRY as INTERVENTIONS
-from model.corpus import Corpus, load_corpus
-from model.gpt import GPTConfig
+from model.flags import add_precision_flags
 from model.plugins import add_plugin_flag, preload
 from model.qk_init import DEFAULT_INIT, QK_INITS
-from model.recipe import TrainConfig, add_precision_flags, resolve_device, set_tf32
-from model.report import EpochReport
-from model.stack import Member
-from model.trainer import Trainer
+
+if TYPE_CHECKING:  # what trains is imported after the flags are parsed: --help answers without torch
+    from model.corpus import Corpus
+    from model.report import EpochReport
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -33,8 +29,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--corpus", default="stdlib-docs", help="wikitext103, stdlib-docs or a UTF-8 text file")
     p.add_argument("--data-dir", default=None, help="folder holding wiki.train.raw (wikitext103 only)")
     p.add_argument("--init", default=DEFAULT_INIT, choices=sorted(QK_INITS), help="Q/K initialisation")
-    p.add_argument("--condition", default=CONTROL, choices=sorted(INTERVENTIONS),
-                   help="intervention (SPEC §5) at its default strengths")
+    p.add_argument("--condition", default="none",
+                   help="intervention (SPEC §5) at its default strengths: none, freeze_k, freeze_q, "
+                   "forced_k_contraction, k_spectrum_clamp, qk_align_reg or a --plugin's")
     p.add_argument("--depth", type=int, default=4, help="transformer blocks (>= 1)")
     p.add_argument("--seed", type=int, default=37, help="seed of the weights and the batch order (>= 0)")
     p.add_argument("--epochs", type=int, default=3, help="epochs after epoch 0 (>= 1)")
@@ -64,9 +61,15 @@ def _check(args: argparse.Namespace) -> None:
     if args.data_dir is not None and args.corpus != "wikitext103":
         raise ValueError(f"--data-dir {args.data_dir} is read only by the wikitext103 corpus; "
                          f"--corpus {args.corpus} ignores it")
+    from interventions import REGISTRY
+
+    if args.condition not in REGISTRY:
+        raise ValueError(f"--condition {args.condition!r}: valid: {', '.join(sorted(REGISTRY))}")
     if args.d_model % args.n_head:
         raise ValueError(f"--d-model {args.d_model} must be a multiple of --n-head {args.n_head}")
     if args.device != "auto":
+        import torch
+
         try:
             torch.device(args.device)
         except RuntimeError:
@@ -78,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
     try:
         _check(args)
+        from model.corpus import load_corpus
+
         corpus = load_corpus(args.corpus, args.data_dir, context=args.context)
     except (ValueError, OSError) as exc:  # CorpusError is a ValueError
         if args.debug:
@@ -88,6 +93,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _train(args: argparse.Namespace, corpus: Corpus) -> None:
+    from interventions import make_intervention
+    from model.gpt import GPTConfig
+    from model.recipe import TrainConfig, resolve_device, set_tf32
+    from model.stack import Member
+    from model.trainer import Trainer
+
     model_cfg = GPTConfig(vocab_size=corpus.vocab_size, n_layer=args.depth, n_head=args.n_head,
                           d_model=args.d_model, d_mlp=args.d_mlp, context=args.context)
     cfg = TrainConfig(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,

@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from sweep.cli import UsageError, existing_path, parser, run_cli
 from sweep.ray_env import absolute_uri
-from sweep.spec import RunIdentity, runs_of
+
+if TYPE_CHECKING:  # the run spec (torch, through the registries) and pandas load after the flags
+    import pandas as pd
+
+    from sweep.spec import RunIdentity
 
 #: a trial's cell (``sweep.spec.TrialSpec.cell``) as Tune flattens it; experiments started before the run
 #: spec (version 1) kept it under ``config/cell/`` and named the condition ``intervention``
@@ -68,6 +71,8 @@ def trial_history(analysis, trial: str) -> pd.DataFrame:
     for t in analysis.trials:
         if trial in (t.trial_id, str(t)):
             frame = analysis.trial_dataframes[t.trial_id]
+            from sweep.spec import runs_of
+
             runs = runs_of(t.config)
             if len(runs) > 1:
                 return member_history(frame, runs)
@@ -86,6 +91,8 @@ def member_history(frame: pd.DataFrame, members: Sequence[RunIdentity]) -> pd.Da
         part.insert(0, "seed", m.seed)
         part.insert(0, "init", m.init)
         parts.append(part)
+    import pandas as pd
+
     table = pd.concat(parts, ignore_index=True)
     cols = ["init", "seed", *[c for c in [*METRIC_COLUMNS, "train_loss", "tokens_per_s"] if c in table.columns]]
     return table[cols].dropna(subset=["epoch"]).drop_duplicates(["init", "seed", "epoch"], keep="last")

@@ -40,19 +40,8 @@ from sweep.cli import (
     parser,
     run_cli,
 )
-from sweep.estimate import BUSY, busy, describe_costs, idle, measure, minutes, sweep_seconds
-from sweep.extension import ExtensionSettings, probe_checkpoints
-from sweep.extension.checkpoint_series import load_manifest
-from sweep.extension.revision_probe import ProbeSettings
-from sweep.extension.tiny_series import build_series
 from sweep.gpu_flags import add_gpu_flags, gpu_options
-from sweep.options import TrialOptions
-from sweep.packing import check_pack
-from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
 from sweep.progress import format_duration
-from sweep.ray_env import init_ray
-from sweep.report import output_target, write_report
-from sweep.runner import SweepSettings, exit_status, prepare_corpus, run_sweep
 from sweep.sequential import FIRST_LOOK, add_auto_flags, auto_from_args, run_auto
 from sweep.trackers import add_tracker_flags, check_trackers, trackers_from_args
 
@@ -97,7 +86,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    # what trains, probes and reports: imported once the flags are parsed (--help answers sooner)
     import ray
+
+    from sweep.estimate import BUSY, busy, describe_costs, idle, measure, minutes, sweep_seconds
+    from sweep.extension import ExtensionSettings, probe_checkpoints
+    from sweep.extension.checkpoint_series import load_manifest
+    from sweep.extension.revision_probe import ProbeSettings
+    from sweep.extension.tiny_series import build_series
+    from sweep.options import TrialOptions
+    from sweep.packing import check_pack
+    from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
+    from sweep.ray_env import init_ray
+    from sweep.report import output_target, write_report
+    from sweep.runner import prepare_corpus, run_sweep
+    from sweep.settings import SweepSettings
+    from sweep.summary import exit_status
 
     local_ray_sizes(args.address, args.num_cpus)
     trackers = trackers_from_args(args)

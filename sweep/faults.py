@@ -4,8 +4,8 @@
 worker once, after epoch K's rows are written and before that epoch's checkpoint is reported, so
 that Tune's retry replays epoch K from the previous checkpoint. A marker file per trial under
 ``--failure-marker-dir`` (default ``runs/markers/<experiment>``, a local folder even when the
-storage is remote) makes it happen once. It travels beside the run spec, under the Tune config's
-``fault`` key, and only when asked for.
+storage is remote) makes it happen once. It travels beside the run spec as the ``fault`` trial hook
+(``sweep.hooks``: the Tune config's ``hooks``), and only when asked for.
 """
 
 from __future__ import annotations
@@ -17,18 +17,27 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sweep.hooks import TrialHook
+
 FAILURE_MARKER = ".injected_failure_done"
 
 
 @dataclass(frozen=True)
-class FaultInjection:
-    """Kill each trial's worker once, after epoch ``after_epoch``'s rows."""
+class FaultInjection(TrialHook):
+    """Kill each trial's worker once, after epoch ``after_epoch``'s rows: the ``fault`` trial hook
+    (``sweep.hooks``)."""
 
     after_epoch: int
     marker_dir: str  # where each trial remembers that its one failure happened
 
     def to_config(self) -> dict[str, Any]:
         return asdict(self)
+
+    def before_report(self, epoch: int) -> dict[str, Any]:
+        from ray import tune
+
+        self.maybe_fail(epoch, tune.get_context().get_trial_id())
+        return {}
 
     def maybe_fail(self, epoch: int, trial_id: str) -> None:
         """SIGKILL this process the first time a trial reaches ``after_epoch``."""
@@ -43,9 +52,12 @@ class FaultInjection:
 
 
 def add_fault_flags(g: argparse._ActionsContainer) -> None:
-    """The hidden test flags."""
+    """The hidden flags of tests and benchmarks: the crash, and any other trial hook (``sweep.hooks``)."""
+    from sweep.hooks import add_hook_flag
+
     g.add_argument("--fail-after-epoch", type=int, help=argparse.SUPPRESS)
     g.add_argument("--failure-marker-dir", help=argparse.SUPPRESS)
+    add_hook_flag(g)
 
 
 def fault_from_args(args: argparse.Namespace, experiment: str) -> FaultInjection | None:

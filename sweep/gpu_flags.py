@@ -1,6 +1,6 @@
 """The GPU flags of every sweep command: ``--amp``, ``--graphs/--no-graphs``, ``--tf32/--no-tf32``.
 
-They are ``python -m model.train``'s own (``model.recipe.add_precision_flags``, one definition);
+They are ``python -m model.train``'s own (``model.flags.add_precision_flags``, one definition);
 here they become ``TrialOptions`` fields (``gpu_options``), which travel in each trial's run spec
 and are applied where the trial starts its trainer (``sweep.trial``). No Ray here.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from model.recipe import add_precision_flags
+from model.flags import add_precision_flags
 
 
 def add_gpu_flags(parser: argparse.ArgumentParser | Any) -> None:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from model.plugins import preload
 from sweep.cli import parser, run_cli
 from sweep.presets import INTERVENTION_PRESETS, add_grid_flags, preset_from_args
-from sweep.runner import add_run_flags, exit_status, run_sweep, settings_from_args
+from sweep.run_flags import add_run_flags
 from sweep.sequential import add_auto_flags, auto_from_args, run_auto
+from sweep.settings import settings_from_args
+from sweep.summary import exit_status
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PROG = "python -m sweep.interventions"
 
@@ -29,6 +33,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     """Run the sweep; a bad value ends it with one line and exit status 2, before Ray starts."""
 
     def body(args: argparse.Namespace) -> pd.DataFrame:
+        from sweep.runner import run_sweep  # the Tune driver: after the flags
+
         auto = auto_from_args(args)  # before the preset: --seeds auto with --seed-list is refused there
         preset = preset_from_args(args, INTERVENTION_PRESETS)
         if auto is not None:

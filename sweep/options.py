@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from model.recipe import AMP_CHOICES
+from model.flags import AMP_CHOICES
 from sweep.cli import UsageError, at_least, gpu_fraction, positive
 
 

@@ -57,9 +57,10 @@ def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None = N
 
 def node_gpus(local: float | None = None) -> float:
     """GPUs of the largest node: of the running Ray if there is one, else ``local`` or this machine's."""
-    import ray
+    import sys
 
-    if ray.is_initialized():
+    ray = sys.modules.get("ray")  # not imported: not running in this process (importing it costs ~0.5 s)
+    if ray is not None and ray.is_initialized():
         return max((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
     return float(local if local is not None else local_gpus())
 
@@ -75,3 +76,12 @@ def default_gpus(requested: float | None, pack: PackRequest = 1) -> float:
     from sweep.packing import gpu_share
 
     return gpu_share(None, pack, ray.cluster_resources().get("GPU", 0.0))
+
+
+def bundled_psutil():
+    """``psutil``, which this project has through Ray only: Ray ships it in ``ray/thirdparty_files``
+    and puts that folder on ``sys.path`` when it is imported, so Ray is imported first."""
+    import importlib
+
+    importlib.import_module("ray")
+    return importlib.import_module("psutil")

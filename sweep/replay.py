@@ -16,9 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
-from model.recipe import add_precision_flags, resolve_device, set_tf32
+from model.flags import add_precision_flags
 
 PARAMS = "params.json"
 
@@ -71,7 +69,10 @@ def replay(config: dict, store_uri: str, corpus, device: str = "auto", amp: str 
     """Train the trial's spec here, each member's rows to ``store_uri``; the members' final statuses."""
     from dataclasses import replace
 
+    import torch
+
     from interventions import make_intervention
+    from model.recipe import resolve_device, set_tf32
     from model.stack import Member
     from model.trainer import Trainer
     from sweep.spec import decode, plugins_of

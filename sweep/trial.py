@@ -16,7 +16,6 @@ import logging
 import pickle
 import tempfile
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from model.report import EpochReport
 from model.stack import Member
 from model.trainer import Trainer
 from sweep.failfast import report_attempt_error
-from sweep.faults import FaultInjection, fault_from_config
+from sweep.hooks import hooks_of
 from sweep.spec import RunIdentity, decode, plugins_of
 from sweep.store import Store
 
@@ -62,20 +61,12 @@ def tune_metrics(report: EpochReport) -> dict[str, Any]:
         "pr_q": layer_mean(report.layers, "pr_q"),
         "pr_k": layer_mean(report.layers, "pr_k"),
         "attn_entropy": layer_mean(report.layers, "attn_entropy"),
-        # where the trial ran: lets tests (and people) see placement and GPU packing
-        "node_id": ray.get_runtime_context().get_node_id(),
-        "gpu_ids": ",".join(map(str, ray.get_gpu_ids())),
     }
 
 
 def _device() -> str:
     # Logical GPUs (tests, CPU-only torch) get the CPU: Ray counts, torch decides.
     return "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
-
-
-def _maybe_fail(fault: FaultInjection | None, epoch: int) -> None:
-    if fault is not None:
-        fault.maybe_fail(epoch, tune.get_context().get_trial_id())
 
 
 class CheckpointError(RuntimeError):
@@ -132,26 +123,6 @@ def report_to_tune(trainer: Trainer, metrics: dict[str, Any], checkpoint: bool) 
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
 
 
-class StartClock:
-    """When this trial's worker process started, entered the trainable, had its trainer built and
-    had reported epoch 0 (unix seconds): the epoch-0 result carries them as ``start`` so that a
-    sweep can say where the time before its first step went (``bench/gpu_sweep.py``)."""
-
-    def __init__(self) -> None:
-        import psutil  # Ray's own dependency
-
-        self.marks = {"process": psutil.Process().create_time(), "trainable": time.time()}
-
-    def mark(self, name: str) -> None:
-        self.marks.setdefault(name, time.time())
-
-    def metrics(self, report: EpochReport) -> dict[str, Any]:
-        if report.epoch != 0:
-            return {}
-        self.mark("epoch0")
-        return {"start": dict(self.marks)}
-
-
 def _warm_cuda() -> None:
     """Create the CUDA context in a thread while this one imports and builds the trainer (both
     mostly CPU); the first CUDA call waits for it (``torch.cuda``'s lazy-init lock)."""
@@ -163,7 +134,7 @@ def _warm_cuda() -> None:
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     """Tune function trainable: one run, or a pack trained as one batched model whose every
     member's rows go to the store as its own run's. ``config``: ``TrialSpec.to_config()`` (and,
-    in crash tests, ``fault``).
+    for tests and benchmarks, ``hooks``: ``sweep.hooks``, called after each epoch's rows are written).
 
     Tune gets one report per epoch, after every member still training has written that epoch's rows,
     with one checkpoint of the whole trial: a retry resumes every member from the same epoch, and an
@@ -180,20 +151,20 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
 
 
 def _train_cell(config: dict[str, Any], corpus: Corpus) -> None:
-    clock = StartClock()
+    hooks = hooks_of(config)  # tests' and benchmarks' seams (sweep.hooks); none in a user's sweep
     _warm_cuda()
     plugins_of(config).load()  # before the spec's names meet the registries
     spec = decode(config, corpus.vocab_size)
     for noisy in ("ray.train", "ray.tune"):  # one INFO line per checkpoint otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)
     torch.set_num_threads(max(1, int(spec.options.cpus_per_trial)))
-    fault = fault_from_config(config)
     device = _device()
     set_tf32(spec.options.tf32, torch.device(device))  # --tf32: where the run starts (sweep.gpu_flags)
     trainer = Trainer(spec.model, [Member(r.init, r.seed, spec.run_train(r, device)) for r in spec.runs], corpus,
                       lambda: make_intervention(spec.condition, **dict(spec.strengths)),  # SPEC §5 strengths
                       graphs=spec.options.graphs)
-    clock.mark("built")
+    for hook in hooks:
+        hook.built()
     restored_epoch = restore(trainer)
     store = Store(spec.options.store)
     every = spec.options.checkpoint_every
@@ -208,14 +179,16 @@ def _train_cell(config: dict[str, Any], corpus: Corpus) -> None:
             return
         write_rows(store, spec.runs[i], report)
         epoch_reports[i] = report
-        last[str(i)] = {k: v for k, v in tune_metrics(report).items() if k not in ("node_id", "gpu_ids")}
+        last[str(i)] = tune_metrics(report)
         if waiting - set(epoch_reports):
             return  # other members' rows of this epoch still to come
-        _maybe_fail(fault, report.epoch)
+        extra: dict[str, Any] = {}
+        for hook in hooks:
+            extra.update(hook.before_report(report.epoch))
         metrics = tune_metrics(report) if len(spec.runs) == 1 else pack_metrics(epoch_reports, last)
         waiting = {j for j, r in epoch_reports.items() if r.run["status"] == "running"}
         epoch_reports.clear()
-        report_to_tune(trainer, {**metrics, **clock.metrics(report)}, checkpoint=not report.epoch % every or not waiting)
+        report_to_tune(trainer, {**metrics, **extra}, checkpoint=not report.epoch % every or not waiting)
 
     trainer.run(on_epoch)
 
@@ -231,6 +204,5 @@ def pack_metrics(reports: dict[int, EpochReport], members: dict[str, dict[str, A
     for key in ("val_loss", "train_loss", "tokens_per_s", "qk_alignment", "pr_q", "pr_k", "attn_entropy"):
         values = [m[key] for m in per if m[key] is not None]
         out[key] = sum(values) / len(values) if values else None
-    out["node_id"], out["gpu_ids"] = per[0]["node_id"], per[0]["gpu_ids"]
     out["members"] = members
     return out

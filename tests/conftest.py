@@ -9,7 +9,8 @@ one module carries a suffix naming what sets it apart: ``_s3`` (moto's S3 server
 ``_reference`` (bench's plain training loop), ``_toy`` (a toy per-layer metric added to
 ``metrics.columns`` and followed to the store and the report). Not named after one module: ``test_plugins.py``
 (docs/extending.md's worked example; model/plugins.py), ``test_security.py`` (untrusted pickles across
-trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/),
+trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/), ``test_entry_points.py`` (every command's parser imports nothing that
+trains),
 ``test_cluster_yaml.py`` and ``test_ray_auth.py`` (the cluster launcher files and Ray's token
 auth), ``test_lock.py`` (requirements.lock against pyproject.toml), ``test_docs.py``
 (docs/SPEC.md: every "SPEC §n" in the code resolves; every path the docs name exists) and ``test_docs_blocks.py`` (every bash and
@@ -50,6 +51,14 @@ is found after the test and fails it.
 - ``stdlib_docs`` (session): ``model.corpus.stdlib_docs_text()`` of this interpreter, built in a
   subprocess started as soon as collection ends when a selected test uses the fixture, so that its
   ~5 s of parsing the standard library runs beside the other tests (test_model_corpus.py).
+
+Workers: ``make test`` runs the suite on two ``pytest-xdist`` workers (``-n 2 --dist loadfile``: a
+file's tests, and so its module fixtures, stay on one worker); a bare ``pytest`` runs in one process.
+Each worker gets a Ray temp folder of its own (``RAY_TMPDIR``, set in ``pytest_configure`` for the
+session and restored after), so that Ray sessions started by the two workers' tests never share
+sockets or session folders. The early start of ``stdlib_docs`` is skipped on a worker (every worker
+collects every test, so each would start one): the fixture starts its build when first used. On
+workers the longest files are collected first (``LONGEST_FILES``), so that they start first.
 
 GC: when collection ends, ``gc.freeze()`` moves everything imported so far out of the cyclic
 collector's reach, so that a ``gc.collect()`` (the checkpoint probe frees each model so; ~0.25 s
@@ -186,12 +195,54 @@ def _start_stdlib_docs() -> None:
         [sys.executable, "-c", code, str(out / "text.txt")], cwd=root, env=env, stderr=subprocess.PIPE, text=True))
 
 
+_WORKER_RAY_TMPDIR: dict = {}  # on an xdist worker: "dir" (its own Ray temp folder), "before" (RAY_TMPDIR as it was)
+
+
+def _xdist_worker() -> str | None:
+    return os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... on a worker; unset otherwise
+
+
+def pytest_configure(config):
+    worker = _xdist_worker()
+    if worker:  # short: Ray's socket paths under it must stay < 108 characters
+        _WORKER_RAY_TMPDIR.update(dir=tempfile.mkdtemp(prefix=f"qkr{worker}-", dir="/tmp"),
+                                  before=os.environ.get("RAY_TMPDIR"))
+        os.environ["RAY_TMPDIR"] = _WORKER_RAY_TMPDIR["dir"]
+
+
+def pytest_unconfigure(config):
+    if _WORKER_RAY_TMPDIR:
+        before = _WORKER_RAY_TMPDIR["before"]
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
+        shutil.rmtree(_WORKER_RAY_TMPDIR["dir"], ignore_errors=True)
+
+
+#: The longest files, longest first (``--durations=0`` per file, LOG.md): on workers they are collected
+#: first, so that ``--dist loadfile`` hands them out at the start and the short files fill in after,
+#: rather than one worker starting a two-minute file when the other has nothing left.
+LONGEST_FILES = ("test_sweep_runner.py", "test_docs_blocks.py", "test_bench_smoke.py",
+                 "test_sweep_extension_pool.py", "test_sweep_sequential_ray.py", "test_plugins.py",
+                 "test_sweep_trackers_live.py", "test_sweep_runner_packed.py", "test_sweep_cli.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if not _xdist_worker():
+        return
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order kept
+
+
 def pytest_collection_finish(session):
     # Everything imported so far (torch, transformers, pandas, ...: millions of objects) lives for the
     # session: moved out of the collector's reach, so that a gc.collect() (sweep.extension's probe
     # frees each model so) scans only what the tests create.
     gc.freeze()
     if session.config.option.collectonly:
+        return
+    if _xdist_worker():
         return
     if any("stdlib_docs" in getattr(item, "fixturenames", ()) for item in session.items):
         _start_stdlib_docs()

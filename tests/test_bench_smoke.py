@@ -270,7 +270,7 @@ def test_gpu_report_tables_every_section_on_the_cpu(tmp_path: Path, capsys) -> N
 @pytest.mark.ray
 def test_gpu_sweep_twice_on_the_cpu(tmp_path: Path) -> None:
     """bench/gpu.sh's sweep section, tiny, on the CPU: both sweeps complete with equal rows, and each
-    trial's start is timed from its epoch-0 result (sweep.trial.StartClock)."""
+    trial's start is timed from its epoch-0 result (sweep.hooks.StartClock)."""
     from bench import gpu_sweep
 
     result = gpu_sweep.main(["--tiny", "--out", str(tmp_path), "--timeout", "240"])
@@ -317,3 +317,15 @@ def test_verdicts_tiny() -> None:
     assert out["family_sizes"]["demo"] == 25 and out["stores"][0]["m"] == 25
     assert out["old_rule"][0]["seeds"] == 2 and out["old_rule"][0]["reproduced"] > 0.1
     assert all(0 <= r["fwer"] <= 1 for r in out["per_claim"]) and out["power"][0]["power"] > 0
+
+
+def test_cli_latency_tiny(capsys) -> None:
+    from bench import cli_latency
+
+    out = cli_latency.main(["--tiny"])
+    _check(out, {"slowest_s"})
+    assert [r["command"] for r in out["results"]] == ["python -m sweep.store", "python -m model.train"]
+    for r in out["results"]:
+        assert (r["help_exit"], r["bad_flag_exit"], r["heavy_at_parse"]) == (0, 2, []), r
+        assert r["help_s"] > 0 and r["bad_flag_s"] > 0
+    assert "RATIO " in capsys.readouterr().out

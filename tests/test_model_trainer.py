@@ -1,5 +1,6 @@
 """model/trainer.py with one member (SPEC §3, §4.1): epoch reports, resume bit-identity, divergence, config,
-optimiser; exactly the values of the trainer it replaced (``trainer_legacy.py``), and its checkpoints resume."""
+optimiser; exactly the values of the trainer it replaced (stored: ``fixtures/trainer_reference.json``), and its
+checkpoints resume."""
 
 from __future__ import annotations
 
@@ -204,31 +205,48 @@ def test_weight_decay_only_on_matrices_and_embeddings() -> None:
 # -- the trainer it replaced: same values, its checkpoints resume --------------------------------
 
 LEGACY = Path(__file__).parent / "fixtures" / "legacy_checkpoints"
+#: the old one-run trainer's reports, stored once (how: the file's ``_how``); JSON keeps every float
+#: exactly (shortest repr), so equality with them is bit for bit
+REFERENCE = Path(__file__).parent / "fixtures" / "trainer_reference.json"
 TIMING = ("wall_s", "tokens_per_s")
 NEWER = ("skipped_steps",)  # columns the trainer it replaced did not write
 
 
-def _untimed(report: EpochReport) -> tuple:
-    return report.epoch, {k: v for k, v in report.run.items() if k not in TIMING + NEWER}, report.layers
+@cache
+def _reference() -> dict:
+    return json.loads(REFERENCE.read_text())
+
+
+def _untimed(report: EpochReport) -> dict:
+    """A report without its clock columns, as JSON gives it back (lists, not tuples)."""
+    run = {k: v for k, v in report.run.items() if k not in TIMING + NEWER}
+    return json.loads(json.dumps({"epoch": report.epoch, "run": run, "layers": report.layers}))
 
 
 @pytest.mark.parametrize("cond", ["none", "forced_k_contraction", "freeze_k", "freeze_q", "qk_align_reg",
                                   "k_spectrum_clamp"])
 def test_one_member_writes_exactly_the_values_of_the_trainer_it_replaced(cond: str, one_thread) -> None:
-    """``--pack 1``: every run-level column and every probe row equal, bit for bit, to the one-run
-    Trainer before the trainers became one (``trainer_legacy.py``, same torch, same threads)."""
-    import trainer_legacy
-
+    """``--pack 1``: every run-level column and every probe row equal, bit for bit, to what the one-run
+    Trainer before the trainers became one reported (stored: ``fixtures/trainer_reference.json``)."""
     cfg = tiny_train_cfg(epochs=2, seed=3, check_every=3)
-    theirs: list = []
-    trainer_legacy.Trainer(tiny_model_cfg(), cfg, tiny_corpus(), "qk_identical", 4,
-                           make_intervention(cond)).run(theirs.append)
     mine: list[EpochReport] = []
     Trainer(tiny_model_cfg(), [Member("qk_identical", 4, cfg)], tiny_corpus(),
             lambda: make_intervention(cond)).run(lambda _, r: mine.append(r))
-    assert [_untimed(r) for r in mine] == [_untimed(r) for r in theirs]
+    assert [_untimed(r) for r in mine] == _reference()["conditions"][cond]
     assert len(mine) == 3 and mine[-1].run["grad_norm"] > 0
     assert [r.run["skipped_steps"] for r in mine] == [None, 0, 0]  # no loss scaling on the CPU
+
+
+def test_the_stored_reference_is_of_this_torch_and_can_fail() -> None:
+    """The reference holds a report per epoch of each condition, made with the locked torch; one
+    changed bit of one value is a difference."""
+    ref = _reference()
+    assert ref["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    assert sorted(ref["conditions"]) == sorted(["none", "forced_k_contraction", "freeze_k", "freeze_q",
+                                                "qk_align_reg", "k_spectrum_clamp"])
+    changed = json.loads(json.dumps(ref["conditions"]["none"]))
+    changed[1]["run"]["val_loss"] = math.nextafter(changed[1]["run"]["val_loss"], math.inf)
+    assert changed != ref["conditions"]["none"]
 
 
 def _resume_legacy(name: str, trainer: Trainer) -> list[tuple[int, EpochReport]]:
@@ -240,19 +258,13 @@ def _resume_legacy(name: str, trainer: Trainer) -> list[tuple[int, EpochReport]]
 
 def test_a_checkpoint_of_the_old_one_run_trainer_resumes_exactly(one_thread) -> None:
     """``run_epoch1.pt``: saved by the old one-run Trainer after epoch 1 of 3 (forced_k_contraction);
-    resumed here it continues as the old trainer did from the same file (and as it did then, to
-    the precision a JSON file keeps)."""
-    import trainer_legacy
-
+    resumed here it continues, bit for bit, as the old trainer did from the same file (stored:
+    ``fixtures/trainer_reference.json``), and as it did then, to the precision ``run_after.json`` keeps."""
     cfg = tiny_train_cfg(epochs=3, seed=3)
     got = _resume_legacy("run", Trainer(tiny_model_cfg(), [Member("qk_identical", 4, cfg)], tiny_corpus(),
                                         lambda: make_intervention("forced_k_contraction")))
-    old = trainer_legacy.Trainer(tiny_model_cfg(), cfg, tiny_corpus(), "qk_identical", 4,
-                                 make_intervention("forced_k_contraction"))
-    old.load_state_dict(torch.load(LEGACY / "run_epoch1.pt", weights_only=True))
-    theirs: list = []
-    old.run(theirs.append)
-    assert [i for i, _ in got] == [0, 0] and [_untimed(r) for _, r in got] == [_untimed(r) for r in theirs]
+    theirs = _reference()["resumed_run_epoch1"]
+    assert [i for i, _ in got] == [0, 0] and [_untimed(r) for _, r in got] == theirs
     saved = json.loads((LEGACY / "run_after.json").read_text())
     for (_, r), then in zip(got, saved, strict=True):
         assert r.epoch == then["epoch"] and r.run["val_loss"] == pytest.approx(then["run"]["val_loss"], rel=1e-6)

@@ -143,7 +143,7 @@ def test_trials_and_probe_actors_get_the_same_plugins_value(registries):
     from sweep.options import TrialOptions
     from sweep.packing import plan_packs
     from sweep.presets import BASELINE_PRESETS, preset_from_args
-    from sweep.runner import settings_from_args
+    from sweep.settings import settings_from_args
     from sweep.spec import TrialSpec, decode
 
     plugin = ["--plugin", "tests.plugin_toy"]

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from sweep.failfast import ATTEMPT_ERROR, FailFast, signature
-from sweep.runner import exit_status
+from sweep.summary import exit_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,7 @@ def test_seeds_auto_exits_1_when_a_round_lost_a_run() -> None:
     """``--seeds auto`` returns its claims, not a run summary: a round that lost a run marks them."""
     import pandas as pd
 
-    from sweep.runner import exit_status
+    from sweep.summary import exit_status
 
     claims = pd.DataFrame({"condition": ["freeze_k"], "outcome": ["as predicted"]})
     assert exit_status(claims) == 0

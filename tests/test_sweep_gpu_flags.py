@@ -10,7 +10,7 @@ from sweep import baseline, interventions
 from sweep.options import TrialOptions
 from sweep.packing import plan_packs
 from sweep.presets import BASELINE_PRESETS
-from sweep.runner import settings_from_args
+from sweep.settings import settings_from_args
 from sweep.spec import TrialSpec, decode
 
 

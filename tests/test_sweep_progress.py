@@ -63,7 +63,7 @@ def test_reporter_is_one_line_by_default(capsys, monkeypatch):
 
 def test_progress_tables_flag_reaches_the_settings():
     from sweep import baseline
-    from sweep.runner import settings_from_args
+    from sweep.settings import settings_from_args
 
     for flags, want in (([], False), (["--progress-tables"], True)):
         assert settings_from_args(baseline.parse(flags), "x").progress_tables is want

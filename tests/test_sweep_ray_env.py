@@ -19,3 +19,14 @@ def test_gpu_counts_without_a_running_ray() -> None:
     assert node_gpus(3.0) == 3.0  # this machine's count, as told
     assert default_gpus(0.5) == 0.5 and default_gpus(0.0) == 0.0  # a flag wins, without asking Ray
     assert 0 < DEFAULT_GPU_FRACTION <= 1
+
+
+def test_psutil_comes_with_ray_in_a_fresh_interpreter():
+    """psutil is Ray's bundled copy, importable only once Ray is: a command that plans without Ray
+    (``sweep.extension --dry-run``) still reads the machine's memory."""
+    import subprocess
+    import sys
+
+    code = "from sweep.ray_env import bundled_psutil; print(bundled_psutil().virtual_memory().total > 0)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr

@@ -79,6 +79,7 @@ def test_trials_spread_over_nodes_and_pack_four_per_gpu(two_gpu_nodes, tmp_path)
                                  "--depths", "1,2", "--seed-list", "1,2",
                                  "--gpus-per-trial", "0.25", "--cpus-per-trial", "1",
                                  "--pack", "1",  # one run per trial: auto would pack a GPU cluster's runs
+                                 "--trial-hook", "placement",  # node_id and gpu_ids in each result
                                  *dirs(tmp_path, "nodes")])
     finally:
         stop.set()
@@ -132,7 +133,8 @@ def test_worker_node_removed_mid_sweep(two_nodes, tmp_path):
     store = Store(str(tmp_path / "store"))
     argv = ["--preset", "smoke", "--inits", "independent_xavier,qk_identical", "--depths", "2",
             "--seed-list", "1,2", "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS),
-            "--cpus-per-trial", "1", "--max-failures", "3", *dirs(tmp_path, "nodeloss")]
+            "--cpus-per-trial", "1", "--max-failures", "3", "--trial-hook", "placement",
+            *dirs(tmp_path, "nodeloss")]
     out: dict = {}
     driver = threading.Thread(target=lambda: out.update(summary=baseline.main(argv)), daemon=True)
     driver.start()
@@ -525,7 +527,7 @@ def test_sweep_efficiency_is_trainer_time_over_cores_and_wall():
     """What each sweep prints at its end (no Ray needed)."""
     import pandas as pd
 
-    from sweep.runner import sweep_efficiency
+    from sweep.summary import sweep_efficiency
 
     summary = pd.DataFrame({"wall_s": [30.0, 50.0, None, 40.0]})  # an errored trial reports nothing
     assert sweep_efficiency(summary, wall=80.0, cores=2) == pytest.approx(120 / 2 / 80)

@@ -15,7 +15,7 @@ import pytest
 import ray
 
 from analysis import vocabulary as vocab
-from sweep import interventions, runner
+from sweep import interventions, runner, summary
 from sweep.presets import INTERVENTION_PRESETS
 from sweep.store import Store
 
@@ -259,7 +259,7 @@ def test_a_condition_that_fails_every_run_stops_and_exits_1(tmp_path, capsys, fa
     assert q.text.startswith("undecided at 0 seeds (no look of 4 reached; 8 seeds lost: 11, 12, 13, 14, 15, 16, "
                              "1000, 1001, no more replacements")
     assert "freeze_q (independent_xavier, 2 layers): lost 8 seeds" in out and "more than 5" in out
-    assert frame.attrs["errored"] and runner.exit_status(frame) == 1
+    assert frame.attrs["errored"] and summary.exit_status(frame) == 1
 
 
 def test_strength_cells_have_their_own_claims_but_zero_strength_has_none():

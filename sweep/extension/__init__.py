@@ -39,7 +39,23 @@ offline GPT-2 series to probe; ``python -m sweep.tiny_series``). The names below
 are the package's API; its modules import each other directly, never through here.
 """
 
-from sweep.extension.cli import ExtensionSettings, main, parse_args, probe_checkpoints
-from sweep.extension.pool import Pool, run_extension, summarize
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sweep.extension.cli import ExtensionSettings, main, parse_args, probe_checkpoints
+    from sweep.extension.pool import Pool, run_extension, summarize
+
+#: each name's module, imported when the name is first used (PEP 562), so that a submodule's
+#: command (``python -m sweep.tiny_series --help``) does not import Ray through this file
+_WHERE = {"ExtensionSettings": "cli", "main": "cli", "parse_args": "cli", "probe_checkpoints": "cli",
+          "Pool": "pool", "run_extension": "pool", "summarize": "pool"}
 __all__ = ["ExtensionSettings", "Pool", "main", "parse_args", "probe_checkpoints", "run_extension", "summarize"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'sweep.extension' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"sweep.extension.{_WHERE[name]}"), name)

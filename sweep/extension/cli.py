@@ -13,8 +13,7 @@ import argparse
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import ray
+from typing import TYPE_CHECKING
 
 from model.plugins import Plugins, add_plugin_flag, preload
 from sweep.cli import (
@@ -40,13 +39,15 @@ from sweep.extension.checkpoint_series import (
     load_manifest,
     write_manifest,
 )
-from sweep.extension.pool import JobResult, format_summary, run_extension, summarize
-from sweep.extension.revision_probe import (
-    PROBE_MODES,
-    ProbeSettings,
-)
 from sweep.ray_env import absolute_uri, init_ray, node_gpus
-from sweep.store import Store, sweep_lock
+
+if TYPE_CHECKING:  # Ray, torch and the store load after the flags are parsed (--help answers at once)
+    from sweep.extension.pool import JobResult
+    from sweep.extension.revision_probe import ProbeSettings
+
+#: ``--probe-mode``: ``sweep.extension.revision_probe.PROBE_MODES`` (tests/test_entry_points.py checks
+#: that they agree), named here so that the parser imports no torch
+PROBE_MODES = ("auto", "whole", "streamed")
 
 # --- command line ---------------------------------------------------------------------------
 
@@ -136,6 +137,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> ExtensionSettings:
     """The probe, pool and Ray flags as ``ExtensionSettings`` (checked as they are built)."""
+    from sweep.extension.revision_probe import ProbeSettings
+
     probe = ProbeSettings(args.store, args.n_seqs, args.seq_len, args.hf_cache, max(1, int(args.cpus_per_actor)),
                           args.allow_pickle_weights, args.cpus_per_actor, Plugins.from_args(args),
                           args.disk_budget, args.probe_mode, args.memory_per_actor)
@@ -236,6 +239,11 @@ def probe_checkpoints(manifest: Manifest, settings: ExtensionSettings, text: str
     file to write the manifest to once the store is known writable. A Ray already running is
     used and left running; otherwise one is started and stopped here.
     """
+    import ray
+
+    from sweep.extension.pool import format_summary, run_extension, summarize
+    from sweep.store import Store, sweep_lock
+
     node = None if settings.address else node_gpus(settings.num_gpus)
     gpu_fraction("--gpus-per-actor", settings.gpus_per_actor, node)
     store_uri = absolute_uri(settings.probe.store)

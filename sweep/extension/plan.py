@@ -189,7 +189,9 @@ def local_node(cpus_per_actor: float, actors: int) -> tuple[int, int]:
     offer it: about 70 % of the memory available now (``--dry-run`` plans without Ray)."""
     import os
 
-    import psutil
+    from sweep.ray_env import bundled_psutil
+
+    psutil = bundled_psutil()
 
     memory = 0.7 * psutil.virtual_memory().available
     return actor_memory([(os.cpu_count() or 1, memory)], cpus_per_actor, actors), int(memory)

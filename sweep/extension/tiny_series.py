@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from model.corpus import BatchSampler, Corpus, load_corpus
 from sweep.cli import UsageError, at_least, flatten, int_list, parser, run_cli
 from sweep.extension.checkpoint_series import Manifest, RevisionEntry, SeriesEntry, write_manifest
+
+if TYPE_CHECKING:  # torch and the corpus load where the series is built: --help answers at once
+    from model.corpus import Corpus
 
 SERIES_NAME = "tiny-gpt2-chars"
 DEFAULT_STEPS = (0, 20, 60, 150)
@@ -56,6 +57,8 @@ def build(out: str | Path, steps: list[int], corpus_spec: str = "stdlib-docs", n
     default: the model is so small that more threads mostly add contention,
     and on a loaded machine two threads ran ~20x slower than one.
     """
+    import torch
+
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -66,8 +69,11 @@ def build(out: str | Path, steps: list[int], corpus_spec: str = "stdlib-docs", n
 
 def _build(out: Path, steps: list[int], corpus_spec: str, n_layer: int, lr: float,
            cache_dir: str | None, seed: int) -> Manifest:
+    import torch
     from transformers import GPT2LMHeadModel
     from transformers.utils import logging as hf_logging
+
+    from model.corpus import BatchSampler, load_corpus
 
     hf_logging.disable_progress_bar()  # a "Writing model shards" bar per revision is noise
     steps = sorted(set(steps))
@@ -140,6 +146,8 @@ def build_series(out: str, steps: list[int] | tuple[int, ...] = DEFAULT_STEPS, c
     at_least("--threads", threads, 1)
     if Path(out).exists() and not Path(out).is_dir():
         raise UsageError(f"--out {out}: a file is in the way (need a folder)")
+    from model.corpus import load_corpus
+
     load_corpus(corpus, cache_dir=cache_dir, context=CONTEXT)  # checked before training
     t0 = time.perf_counter()
     manifest = build(out, steps, corpus, layers, cache_dir=cache_dir, threads=threads)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import warnings
 
 from sweep.cli import DEFAULT_STORE, ArgumentParser, HelpFormatter, UsageError, fail
-from sweep.store.compact import compact
-from sweep.store.parquet import READ_ERRORS, Store, StoreError
-from sweep.store.schema import TABLES
-from sweep.store.validate import validate
 from sweep.trackers import add_tracker_flags, check_trackers, tracker_folder, trackers_from_args
+
+#: the store's tables (``sweep.store.schema.TABLES``, which tests/test_entry_points.py checks this
+#: against): named here so that the parser imports no pyarrow (``--help`` answers at once)
+TABLES = ("layers", "epochs", "checkpoints", "runs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--store", default=DEFAULT_STORE, help="root: path, file:// or s3://bucket/prefix")
         p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     args = parser.parse_args(argv)
+    from sweep.store.compact import compact  # after the flags: pandas and pyarrow
+    from sweep.store.parquet import READ_ERRORS, Store, StoreError
+    from sweep.store.validate import validate
+
     try:
         if args.command == "export":
             names = trackers_from_args(args)
