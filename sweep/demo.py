@@ -41,7 +41,6 @@ from sweep.cli import (
     run_cli,
 )
 from sweep.gpu_flags import add_gpu_flags, gpu_options
-from sweep.progress import format_duration
 from sweep.sequential import FIRST_LOOK, add_auto_flags, auto_from_args, run_auto
 from sweep.trackers import add_tracker_flags, check_trackers, trackers_from_args
 
@@ -97,6 +96,7 @@ def _main(args: argparse.Namespace) -> int:
     from sweep.options import TrialOptions
     from sweep.packing import check_pack
     from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
+    from sweep.progress import format_duration  # imports Ray Tune (its reporter)
     from sweep.ray_env import init_ray
     from sweep.report import output_target, write_report
     from sweep.runner import prepare_corpus, run_sweep
@@ -202,6 +202,8 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _elapsed(t0: float) -> str:
+    from sweep.progress import format_duration
+
     return f"elapsed {format_duration(time.perf_counter() - t0)}"
 
 

@@ -27,8 +27,19 @@ the writer and report.md iterate over them. The names below are the package's AP
 modules import each other directly, never through here.
 """
 
-from sweep.report.cli import main, output_target, write_report
-from sweep.report.inputs import load_tables
-from sweep.report.writer import PresetNotInStore, build_report
+from __future__ import annotations
 
+import importlib
+from typing import Any
+
+# loaded on first use (PEP 562): ``python -m sweep.report --help`` imports no statistics
+_WHERE = {"main": "sweep.report.cli", "output_target": "sweep.report.cli", "write_report": "sweep.report.cli",
+          "load_tables": "sweep.report.inputs", "PresetNotInStore": "sweep.report.writer",
+          "build_report": "sweep.report.writer"}
 __all__ = ["PresetNotInStore", "build_report", "load_tables", "main", "output_target", "write_report"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'sweep.report' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

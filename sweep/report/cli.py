@@ -10,16 +10,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from analysis import scorecard as sc
 from model.plugins import add_plugin_flag, preload
 from sweep.cli import DEFAULT_STORE, UsageError, parser, run_cli
-from sweep.report.inputs import load_tables
-from sweep.report.prose import headline
-from sweep.report.sequential import load_records, terminal_note
-from sweep.report.writer import PresetNotInStore, build_report
-from sweep.store import Store, StoreError
 from sweep.trackers import add_tracker_flags, check_trackers, tracker_folder, trackers_from_args
+
+if TYPE_CHECKING:  # the statistics and the store are imported after the flags: --help answers at once
+    from sweep.store import Store
 
 PROG = "python -m sweep.report"
 
@@ -39,6 +37,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def output_target(out: str) -> Store | None:
     """None for a local folder; else the ``Store`` (file system) a URI names, checked writable."""
+    from sweep.store import Store, StoreError
+
     if "://" not in out or out.startswith("file://"):
         return None
     try:
@@ -79,6 +79,12 @@ def write_report(store: str, out: str, preset: str | None = None, figures: bool 
     scorecard, and return the statistics (``stats.json``). ``preset``: that preset only.
     ``trackers``: also attach it to each sweep's sweep-level run there (``sweep.trackers.report``;
     the ones that failed go into ``failed``)."""
+    from sweep.report.inputs import load_tables
+    from sweep.report.prose import headline
+    from sweep.report.sequential import load_records
+    from sweep.report.writer import PresetNotInStore, build_report
+    from sweep.store import Store
+
     if not Store(store).exists():
         raise UsageError(f"--store {store}: no store there (run a sweep first, or check the path)")
     target = output_target(out)
@@ -121,6 +127,9 @@ def write_report(store: str, out: str, preset: str | None = None, figures: bool 
 
 def print_scorecard(s: dict) -> None:
     """The scorecard on stdout, one block per preset (what ``make demo`` ends with)."""
+    from analysis import scorecard as sc
+    from sweep.report.sequential import terminal_note
+
     rows = s.get("scorecard") or []
     for name in dict.fromkeys(r["preset"] for r in rows):
         mine = [r for r in rows if r["preset"] == name]
