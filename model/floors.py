@@ -6,7 +6,7 @@ import of the packages themselves); a package that is not installed is left to i
 | package | floor | what needs it |
 |---|---|---|
 | torch | 2.9 | per-backend ``fp32_precision`` (``model.recipe.set_tf32``, ``metrics.precision``): 2.8 has none |
-| scipy | 1.15 | ``scipy.stats.bootstrap(..., rng=)`` (``analysis``): 1.14 has only ``random_state`` |
+| scipy | 1.15 | the oldest the fast tests ran on (``make test-floors``); the statistics need ``ttest_1samp(...).confidence_interval`` (1.10) and ``binomtest`` (the bootstrap that needed 1.15's ``rng=`` is gone) |
 | ray | 2.60 | Tune's ``tune.report``/``tune.get_checkpoint`` API and the pinned 2.60 series |
 | numpy | 1.26 | the oldest numpy with Python 3.11 wheels that every other floor accepts |
 | pandas | 2.1 | pyproject's range (``make test-floors`` runs the fast tests on it) |
