@@ -162,16 +162,13 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load ``state_dict()``'s state, or one saved by the two trainers before they became one."""
-        state = upgrade_state(state)
+        """Load ``state_dict()``'s state (not one of the two trainers before they became one: SPEC §3)."""
+        if "statuses" not in state:
+            raise ValueError("a checkpoint of the trainers before they became one: it no longer loads "
+                             "(no store needs it; SPEC §3), start that experiment again")
         if len(state["statuses"]) != len(self.members):
             raise ValueError(f"state of {len(state['statuses'])} members, this trainer has {len(self.members)}")
-        if "model" in state:
-            self.model.load_state_dict(state["model"])
-        else:
-            with torch.no_grad():
-                for name, t in self.params.items():
-                    t.copy_(state["params"][name])
+        self.model.load_state_dict(state["model"])
         load_optimizer(self.optimizer, state["optimizer"])
         self._step_graph = None  # the loaded optimiser state is new tensors: record again
         self.scaler.load_state_dict(state["scaler"])
@@ -394,13 +391,3 @@ class Trainer:
             for i, report in self._reports(results, dt).items():
                 on_epoch(i, report)
         return list(self.statuses)
-
-
-def upgrade_state(state: dict[str, Any]) -> dict[str, Any]:
-    """A state saved by the two trainers before they became one (``tests/fixtures/legacy_checkpoints``),
-    in ``Trainer.state_dict``'s layout: one run's ``sampler``/``intervention``/``status`` and scalar
-    counters become one-member lists; a pack's ``params`` stay (loaded tensor by tensor)."""
-    if "statuses" in state:
-        return state
-    return {**state, "samplers": [state["sampler"]], "interventions": [state["intervention"]],
-            "tokens_seen": [state["tokens_seen"]], "wall_s": [state["wall_s"]], "statuses": [state["status"]]}

@@ -204,7 +204,6 @@ def test_weight_decay_only_on_matrices_and_embeddings() -> None:
 
 # -- the trainer it replaced: same values, its checkpoints resume --------------------------------
 
-LEGACY = Path(__file__).parent / "fixtures" / "legacy_checkpoints"
 #: the old one-run trainer's reports, stored once (how: the file's ``_how``); JSON keeps every float
 #: exactly (shortest repr), so equality with them is bit for bit
 REFERENCE = Path(__file__).parent / "fixtures" / "trainer_reference.json"
@@ -259,43 +258,13 @@ def test_the_stored_reference_is_of_this_torch_and_can_fail() -> None:
     assert changed != ref["conditions"]["none"]
 
 
-def _resume_legacy(name: str, trainer: Trainer) -> list[tuple[int, EpochReport]]:
-    trainer.load_state_dict(torch.load(LEGACY / f"{name}_epoch1.pt", weights_only=True))
-    got: list[tuple[int, EpochReport]] = []
-    trainer.run(lambda i, r: got.append((i, r)))
-    return got
-
-
-def test_a_checkpoint_of_the_old_one_run_trainer_resumes_exactly(one_thread) -> None:
-    """``run_epoch1.pt``: saved by the old one-run Trainer after epoch 1 of 3 (forced_k_contraction);
-    resumed here it continues, bit for bit, as the old trainer did from the same file (stored:
-    ``fixtures/trainer_reference.json``), and as it did then, to the precision ``run_after.json`` keeps."""
-    cfg = tiny_train_cfg(epochs=3, seed=3)
-    got = _resume_legacy("run", Trainer(tiny_model_cfg(), [Member("qk_identical", 4, cfg)], tiny_corpus(),
-                                        lambda: make_intervention("forced_k_contraction")))
-    theirs = _reference_of_this_torch()["resumed_run_epoch1"]
-    assert [i for i, _ in got] == [0, 0] and [_untimed(r) for _, r in got] == theirs
-    saved = json.loads((LEGACY / "run_after.json").read_text())
-    for (_, r), then in zip(got, saved, strict=True):
-        assert r.epoch == then["epoch"] and r.run["val_loss"] == pytest.approx(then["run"]["val_loss"], rel=1e-6)
-
-
-def test_a_checkpoint_of_the_old_pack_trainer_resumes(one_thread) -> None:
-    """``pack_epoch1.pt``: saved by the old PackedTrainer (2 members, k_spectrum_clamp) after epoch
-    1 of 3; resumed here, each member's reports are those it gave then (the clamp now decomposes in
-    one call, so to 1e-6 rather than bit for bit)."""
-    ms = [Member("qk_identical", 4, tiny_train_cfg(epochs=3, seed=3)),
-          Member("independent_xavier", 5, tiny_train_cfg(epochs=3, seed=6))]
-    got = _resume_legacy("pack", Trainer(tiny_model_cfg(), ms, tiny_corpus(),
-                                         lambda: make_intervention("k_spectrum_clamp")))
-    saved = json.loads((LEGACY / "pack_after.json").read_text())
-    assert [(i, r.epoch) for i, r in got] == [(s["member"], s["epoch"]) for s in saved]
-    for (_, r), then in zip(got, saved, strict=True):
-        for key in ("train_loss", "val_loss", "grad_norm", "tokens_seen"):
-            assert r.run[key] == pytest.approx(then["run"][key], rel=1e-6), key
-        for row, old in zip(r.layers, then["layers"], strict=True):
-            for key in ("pr_q", "pr_k", "qk_erank", "attn_entropy", "wk_erank"):
-                assert row[key] == pytest.approx(old[key], rel=1e-5), key
+def test_a_checkpoint_of_the_trainers_before_they_became_one_is_refused_in_one_line() -> None:
+    """Their layout (one run's ``sampler``/``status``, no ``statuses``) no longer loads (SPEC §3)."""
+    trainer = Trainer(tiny_model_cfg(), [Member("qk_identical", 4, tiny_train_cfg(epochs=1, seed=3))], tiny_corpus(),
+                      lambda: make_intervention("none"))
+    old = {k: v for k, v in trainer.state_dict().items() if k not in ("samplers", "statuses")}
+    with pytest.raises(ValueError, match="before they became one"):
+        trainer.load_state_dict({**old, "sampler": {}, "status": "running"})
 
 
 def test_a_pack_decays_by_role_and_its_layers_say_how_many_members_they_hold() -> None:
