@@ -23,9 +23,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
 from interventions import default_strengths
-from model.gpt import GPTConfig
+from model.config import GPTConfig, TrainConfig
 from model.plugins import Plugins
-from model.recipe import TrainConfig
 from sweep.options import TrialOptions
 from sweep.store.schema import run_id, strengths_json
 
