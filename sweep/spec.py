@@ -26,7 +26,7 @@ from interventions import default_strengths
 from model.config import GPTConfig, TrainConfig
 from model.plugins import Plugins
 from sweep.options import TrialOptions
-from sweep.store.schema import run_id, strengths_json
+from sweep.store.ids import run_id, strengths_json
 
 SPEC_VERSION = 2
 LEGACY_VERSION = 1  # experiments started before the run spec: no "version" key
