@@ -45,13 +45,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-#: The first look: the first 3 seeds (t with 2 degrees of freedom).
-FIRST_LOOK = 3
+# the first look and the most seeds: plain constants that a sweep's parser reads without scipy
+from analysis.sequential_limits import FIRST_LOOK, MAX_SEEDS
+
 #: Seeds added per round until the maximum is near (``look_schedule``).
 STEP = 2
-#: The most seeds a design may have: 24 looks; the calibration holds 400,000 paths of 50 seeds in
-#: ≈ 1 s and ≈ 10 MB per look, and a sweep runs a round per look.
-MAX_SEEDS = 50
 #: Paths of the null simulation that sets the boundaries (fixed generator: the same design every run).
 CALIBRATION_PATHS = 400_000
 CALIBRATION_SEED = 20260

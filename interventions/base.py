@@ -40,9 +40,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from torch import Tensor, nn
+if TYPE_CHECKING:  # annotations only: importing the registry does not import torch (a parser reads it)
+    from torch import Tensor, nn
 
 
 @dataclass

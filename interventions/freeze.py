@@ -7,11 +7,12 @@ the trainer also sets ``requires_grad`` False on them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-from torch import nn
+from typing import TYPE_CHECKING, ClassVar
 
 from interventions.base import Intervention, register
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @dataclass

@@ -7,19 +7,21 @@ Both return ``None`` at λ = 0 (and register nothing), so that a λ = 0 run is
 bit-identical to ``none``. Both compute in float32 with autocast switched
 off: the trainer calls ``extra_loss`` inside autocast, where a matmul would
 otherwise silently drop to bf16/fp16.
+
+torch is imported by the functions that compute, not by the module: the registry (a parser reads
+it) loads without torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-from torch.utils.hooks import RemovableHandle
+from typing import TYPE_CHECKING, ClassVar
 
 from interventions.base import Intervention, register
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+    from torch.utils.hooks import RemovableHandle
 
 
 def participation_ratio_f32(x: Tensor) -> Tensor:
@@ -31,6 +33,8 @@ def participation_ratio_f32(x: Tensor) -> Tensor:
     metric (``metrics.spectra.participation_ratio``, float64) stays the reference. Autocast is
     disabled inside.
     """
+    import torch
+
     if x.dim() < 2 or x.shape[-2] < 2:
         raise ValueError(f"participation_ratio_f32 expects [..., N >= 2, D], got shape {tuple(x.shape)}")
     n, d = x.shape[-2:]
@@ -80,6 +84,8 @@ class ForcedKContraction(Intervention):
             self._handles.append(block.attn.hook_k.register_forward_hook(self._capture(layer)))
 
     def _capture(self, layer: int):
+        import torch
+
         def hook(module: nn.Module, args: tuple[Tensor, ...], k: Tensor) -> None:
             if module.training and torch.is_grad_enabled():
                 self._keys[layer] = k.flatten(-3, -2)  # (B·T, d_model); a pack's k [M, B, T, d]: (M, B·T, d)
@@ -99,6 +105,8 @@ class ForcedKContraction(Intervention):
                 f"forced_k_contraction captured keys for {len(self._keys)} of {self._n_layer} layers: "
                 "extra_loss must follow a training-mode forward pass with grad enabled, after setup(model)"
             )
+        import torch
+
         keys, self._keys = self._keys, {}  # drop the references so the graph can be freed
         pr = torch.stack([participation_ratio_f32(keys[layer]) for layer in range(self._n_layer)])  # (L[, M])
         return self.lam * pr.sum(0) / self._d_model
@@ -113,6 +121,9 @@ def qk_cos_loss(wq: Tensor, wk: Tensor) -> Tensor:
     wq, wk: [..., D_out, D_in] (a pack: [M, D_out, D_in]) → [...]. Unlike the reported alignment (|cos|, zero rows
     skipped) the sign counts here, so the pull is toward W_K ∥ +W_Q.
     """
+    import torch
+    import torch.nn.functional as F
+
     with torch.autocast(device_type=wq.device.type, enabled=False):
         return 1 - F.cosine_similarity(wq.float(), wk.float(), dim=-1, eps=1e-8).mean(-1)
 
@@ -136,5 +147,7 @@ class QKAlignReg(Intervention):
     def extra_loss(self, model: nn.Module) -> Tensor | None:
         if self.lam == 0:
             return None
+        import torch
+
         terms = [qk_cos_loss(b.attn.q_proj.weight, b.attn.k_proj.weight) for b in model.blocks]
         return self.lam * torch.stack(terms).sum(0)  # (L[, M]) → scalar (a pack: [M])

@@ -6,18 +6,22 @@
 values to float64 rounding (tests/test_interventions_spectrum.py checks 600 steps against the
 clamp as it was before the batched one), they differ in cost only, and a GPU run picks the cheapest
 (``bench/clamp_cost.py``, run by ``bench/gpu.sh``).
+
+torch is imported by the functions that compute, not by the module: the registry (a parser reads
+it) loads without torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from interventions.base import Intervention, register
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor, nn
 
 #: the ways ``clamp_spectrum`` can decompose W (module docstring; LOG.md, the clamp batched and priced, weighs them)
 METHODS = ("eigh", "svd", "refine")
@@ -30,6 +34,8 @@ def _refine(a: Tensor, x: Tensor) -> Tensor:
     eigenvectors x of the symmetric a, both [..., n, n] float64; matrix products only, so a
     batch costs a few batched GEMMs. Pairs of eigenvalues closer than the error bound δ are
     only re-orthogonalised (Frobenius norms stand in for 2-norms: a larger, safe δ)."""
+    import torch
+
     r = -(x.mT @ x)
     r.diagonal(dim1=-2, dim2=-1).add_(1.0)  # R = I − XᵀX
     s = x.mT @ a @ x  # S = XᵀAX
@@ -48,6 +54,8 @@ def _right_vectors(w: Tensor, method: str) -> tuple[Tensor, Tensor]:
     √λᵢ: near zero, √λ has an error of √eps·σ_max, and σ⁽⁰⁾ᵢ/σᵢ would then scale noise up without
     bound (a rank-deficient W at initialisation, disjoint_support_xavier); with the norm, direction
     i of the result is σ⁽⁰⁾ᵢ times a unit vector, whatever the rounding."""
+    import torch
+
     gram = w.mT @ w
     if method == "eigh":
         v = torch.linalg.eigh(gram)[1]
@@ -74,6 +82,8 @@ def clamp_spectrum(w: Tensor, sigma0: Tensor, method: str = "eigh", device: str 
     pairing; σᵢ = ‖W·vᵢ‖). ``refine``: the same from a float32 eigh refined by ``REFINE_STEPS`` float64
     Ogita–Aishima steps (matrix products: a GPU runs them batched, where cuSOLVER loops over
     256×256 matrices one solver call each)."""
+    import torch
+
     if method not in METHODS:
         raise ValueError(f"k_spectrum_clamp: unknown method {method!r}; valid: {', '.join(METHODS)}")
     home = w.device
@@ -121,38 +131,46 @@ class KSpectrumClamp(Intervention):
     def _weights(model: nn.Module) -> list[Tensor]:
         return [block.attn.k_proj.weight for block in model.blocks]
 
-    @torch.no_grad()
     def setup(self, model: nn.Module) -> None:
-        w = torch.stack(self._weights(model)).double()  # (L, D, D)
-        self.sigma0 = torch.linalg.svdvals(w)  # (L, D), descending
+        import torch
 
-    @torch.no_grad()
+        with torch.no_grad():
+            w = torch.stack(self._weights(model)).double()  # (L, D, D)
+            self.sigma0 = torch.linalg.svdvals(w)  # (L, D), descending
+
     def after_step(self, model: nn.Module) -> None:
+        import torch
+
         if self.sigma0 is None:
             raise RuntimeError("k_spectrum_clamp: after_step called before setup(model)")
-        weights = self._weights(model)
-        clamped = clamp_spectrum(torch.stack(weights), self.sigma0, self.method, self.decomp_device)  # (L, D, D)
-        for w, new in zip(weights, clamped, strict=True):
-            w.copy_(new)  # cast back to the parameter's dtype
+        with torch.no_grad():
+            weights = self._weights(model)
+            clamped = clamp_spectrum(torch.stack(weights), self.sigma0, self.method, self.decomp_device)  # (L, D, D)
+            for w, new in zip(weights, clamped, strict=True):
+                w.copy_(new)  # cast back to the parameter's dtype
 
     @classmethod
-    @torch.no_grad()
     def after_step_packed(cls, members: Sequence[Intervention], params: dict[str, Tensor],
                           models: Sequence[nn.Module]) -> None:
         """The clamp for M members at once: one decomposition call for [M, L, D, D]. A member whose
         W_K is non-finite is left as it is (its loss is non-finite too: it will be marked diverged)."""
+        import torch
+
         if any(iv.sigma0 is None for iv in members):
             raise RuntimeError("k_spectrum_clamp: after_step_packed called before setup(model)")
-        stacked = [params[f"blocks.{layer}.attn.k_proj.weight"] for layer in range(len(models[0].blocks))]
-        sigma0 = torch.stack([iv.sigma0 for iv in members])  # (M, L, D)
-        clamped = clamp_spectrum(torch.stack(stacked, dim=1), sigma0, cls.method, cls.decomp_device)  # (M, L, D, D)
-        for layer, weight in enumerate(stacked):
-            weight.copy_(clamped[:, layer])
+        with torch.no_grad():
+            stacked = [params[f"blocks.{layer}.attn.k_proj.weight"] for layer in range(len(models[0].blocks))]
+            sigma0 = torch.stack([iv.sigma0 for iv in members])  # (M, L, D)
+            clamped = clamp_spectrum(torch.stack(stacked, dim=1), sigma0, cls.method, cls.decomp_device)  # (M, L, D, D)
+            for layer, weight in enumerate(stacked):
+                weight.copy_(clamped[:, layer])
 
     def state_dict(self) -> dict[str, Any]:
         return {"sigma0": None if self.sigma0 is None else self.sigma0.cpu()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        import torch
+
         sigma0 = state["sigma0"]
         device = self.sigma0.device if self.sigma0 is not None else sigma0.device
         self.sigma0 = sigma0.to(device=device, dtype=torch.float64)

@@ -16,10 +16,11 @@ from model.floors import check_floors
 check_floors(("torch", "numpy"))
 
 if TYPE_CHECKING:
-    from model.gpt import GPT, AttentionTrace, GPTConfig
+    from model.config import GPTConfig
+    from model.gpt import GPT, AttentionTrace
     from model.qk_init import QK_INITS, build_model
 
-_WHERE = {"GPT": "model.gpt", "AttentionTrace": "model.gpt", "GPTConfig": "model.gpt",
+_WHERE = {"GPT": "model.gpt", "AttentionTrace": "model.gpt", "GPTConfig": "model.config",
           "QK_INITS": "model.qk_init", "build_model": "model.qk_init"}
 __all__ = ["GPT", "AttentionTrace", "GPTConfig", "QK_INITS", "build_model"]
 

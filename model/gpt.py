@@ -26,32 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-
-@dataclass(frozen=True)
-class GPTConfig:
-    """Model shape. Defaults are the paper's (SPEC §1)."""
-
-    vocab_size: int = 1758  # characters in the corpus slice (paper: WikiText-103, 40M chars)
-    n_layer: int = 4  # transformer blocks (paper: 4, 6, 8)
-    n_head: int = 4  # attention heads per block
-    d_model: int = 256  # residual width; d_head = d_model / n_head
-    d_mlp: int = 1024  # MLP hidden width (GELU)
-    context: int = 128  # maximum sequence length (learned positions)
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "n_layer", "n_head", "d_model", "d_mlp", "context"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"GPTConfig.{name} must be a positive integer, got {value!r}")
-        if self.d_model % self.n_head:
-            raise ValueError(
-                f"GPTConfig.d_model={self.d_model} is not divisible by n_head={self.n_head}; "
-                f"choose n_head among the divisors of d_model"
-            )
-
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.n_head
+# the shape is plain data without torch (model/config.py); importing it from here keeps working
+from model.config import GPTConfig
 
 
 def _with_members(weight: Tensor, stacked_dim: int, plain: str) -> str:

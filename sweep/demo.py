@@ -30,7 +30,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from analysis.sequential_limits import FIRST_LOOK
 from model.plugins import Plugins, add_plugin_flag, preload
+from sweep.auto_flags import add_auto_flags, auto_from_args
 from sweep.cli import (
     DEFAULT_STORE,
     UsageError,
@@ -41,7 +43,6 @@ from sweep.cli import (
     run_cli,
 )
 from sweep.gpu_flags import add_gpu_flags, gpu_options
-from sweep.sequential import FIRST_LOOK, add_auto_flags, auto_from_args, run_auto
 from sweep.trackers import add_tracker_flags, check_trackers, trackers_from_args
 
 PROG = "python -m sweep.demo"
@@ -100,6 +101,7 @@ def _main(args: argparse.Namespace) -> int:
     from sweep.ray_env import init_ray
     from sweep.report import output_target, write_report
     from sweep.runner import prepare_corpus, run_sweep
+    from sweep.sequential import run_auto
     from sweep.settings import SweepSettings
     from sweep.summary import exit_status
 

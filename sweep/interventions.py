@@ -7,10 +7,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from model.plugins import preload
+from sweep.auto_flags import add_auto_flags, auto_from_args
 from sweep.cli import parser, run_cli
 from sweep.presets import INTERVENTION_PRESETS, add_grid_flags, preset_from_args
 from sweep.run_flags import add_run_flags
-from sweep.sequential import add_auto_flags, auto_from_args, run_auto
 from sweep.settings import settings_from_args
 from sweep.summary import exit_status
 
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
     def body(args: argparse.Namespace) -> pd.DataFrame:
         from sweep.runner import run_sweep  # the Tune driver: after the flags
+        from sweep.sequential import run_auto  # the rounds (pandas, scipy): after the flags
 
         auto = auto_from_args(args)  # before the preset: --seeds auto with --seed-list is refused there
         preset = preset_from_args(args, INTERVENTION_PRESETS)

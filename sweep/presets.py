@@ -18,11 +18,10 @@ from typing import Any
 
 from interventions import CONTROL, PAPER_CONDITIONS, default_strengths
 from interventions import REGISTRY as INTERVENTIONS
-from model.gpt import GPTConfig
+from model.config import GPTConfig, TrainConfig
 from model.qk_init import DEFAULT_INIT, PAPER_INITS, QK_INITS
-from model.recipe import TrainConfig
 from sweep.cli import UsageError, at_least, flatten, int_list, name_list
-from sweep.store.schema import run_id, strengths_json
+from sweep.store.ids import run_id, strengths_json
 from sweep.strengths import add_strengths_flag, check_strengths, parse_strengths
 
 INITS = PAPER_INITS  # the paper's regimes; QK_INITS also holds those a --plugin registered

@@ -1,8 +1,9 @@
 """``--seeds auto``: an intervention sweep in rounds until each claim is decided (SPEC §8).
 
 The statistics are ``analysis.sequential``'s, the rounds' plan and looks ``sweep.sequential_state``'s,
-the record ``sweep.sequential_record``'s and the printed lines ``sweep.sequential_text``'s (all
-without Ray); this module checks the flags and the stored design and runs the rounds. Each round
+the record ``sweep.sequential_record``'s, the printed lines ``sweep.sequential_text``'s (all
+without Ray) and the flags ``sweep.auto_flags``' (what a parser imports); this module checks the
+stored design and runs the rounds. Each round
 trains, through the ordinary ``run_sweep``, the runs its plan lacks into the same store and the
 same Tune experiment folder: each round starts its own experiment state there
 (``SweepSettings.extend``), and a round killed midway is restored like any sweep.
@@ -18,7 +19,6 @@ the store holds and reaches the same decisions.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -28,9 +28,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.interventions import INTERVENTION_LAYER_METRICS
-from analysis.sequential import FIRST_LOOK, MAX_SEEDS, make_design
+from analysis.sequential import FIRST_LOOK, make_design
 from analysis.sequential_power import fixed_same_power
 from interventions import CONTROL
+from sweep.auto_flags import AutoSeeds
 from sweep.cli import UsageError
 from sweep.presets import Cell, Preset
 from sweep.sequential_record import (
@@ -51,42 +52,6 @@ from sweep.sequential_state import (
     seed_sequence,
 )
 from sweep.sequential_text import describe_round, fixed_runs, look_line, plan_lines, summary
-
-
-@dataclass(frozen=True)
-class AutoSeeds:
-    """``--seeds auto --max-seeds N --alpha A`` (checked before Ray starts)."""
-
-    max_seeds: int = 10
-    alpha: float = 0.05
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_seeds, bool) or not isinstance(self.max_seeds, int) \
-                or not FIRST_LOOK <= self.max_seeds <= MAX_SEEDS:
-            raise UsageError(f"--max-seeds must be a whole number from {FIRST_LOOK} (the first round's seeds) to "
-                             f"{MAX_SEEDS}, got {self.max_seeds!r}")
-        if not (isinstance(self.alpha, int | float) and 0.0 < self.alpha < 0.5):
-            raise UsageError(f"--alpha must be in (0, 0.5), got {self.alpha!r}")
-
-
-def add_auto_flags(p: argparse.ArgumentParser) -> None:
-    """``--max-seeds`` and ``--alpha``, read with ``--seeds auto``."""
-    g = p.add_argument_group("--seeds auto (docs/seeds.md)")
-    g.add_argument("--max-seeds", type=int, default=10, help=f"most seeds per claim, {FIRST_LOOK} (the first "
-                   f"round) to {MAX_SEEDS}")
-    g.add_argument("--alpha", type=float, default=0.05, help="family-wise error over all the experiment's claims "
-                   "and looks, in (0, 0.5)")
-
-
-def auto_from_args(args: argparse.Namespace) -> AutoSeeds | None:
-    """``AutoSeeds`` for ``--seeds auto`` (checked), else None; ``--max-seeds`` / ``--alpha`` without it
-    are refused."""
-    if args.seeds != "auto":
-        for flag, value, default in (("--max-seeds", args.max_seeds, 10), ("--alpha", args.alpha, 0.05)):
-            if value != default:
-                raise UsageError(f"{flag} {value} is read only with --seeds auto")
-        return None
-    return AutoSeeds(args.max_seeds, args.alpha)
 
 
 def make_experiment(preset: Preset, auto: AutoSeeds) -> Experiment:

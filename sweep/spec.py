@@ -23,11 +23,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
 from interventions import default_strengths
-from model.gpt import GPTConfig
+from model.config import GPTConfig, TrainConfig
 from model.plugins import Plugins
-from model.recipe import TrainConfig
 from sweep.options import TrialOptions
-from sweep.store.schema import run_id, strengths_json
+from sweep.store.ids import run_id, strengths_json
 
 SPEC_VERSION = 2
 LEGACY_VERSION = 1  # experiments started before the run spec: no "version" key

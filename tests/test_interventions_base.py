@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -42,6 +45,19 @@ def test_every_condition_registered_with_predictions() -> None:
     assert make_intervention("forced_k_contraction").config() == {"lam": 0.05}
     assert make_intervention("qk_align_reg").config() == {"lam": 1e-3}
     assert {"ForcedKContraction", "KSpectrumClamp", "FreezeK", "FreezeQ", "QKAlignReg"} <= set(interventions.__all__)
+
+
+def test_the_registry_loads_without_torch() -> None:
+    """A parser reads the registry (the presets, --conditions, --strengths): importing the package, every
+    condition's module included, and building a condition must not import torch (a fresh interpreter;
+    this one has torch already). Each condition imports torch when it computes."""
+    code = ("import sys, interventions\n"
+            "ivs = [interventions.make_intervention(n) for n in interventions.PAPER_CONDITIONS]\n"
+            "print(len(interventions.REGISTRY), interventions.default_strengths('forced_k_contraction'), "
+            "'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == f"{len(CONDITIONS)} {{'lam': 0.05}} False"
 
 
 def test_unknown_name_is_a_clear_error() -> None:

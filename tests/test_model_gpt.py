@@ -1,4 +1,4 @@
-"""model/gpt.py (SPEC §1): the two attention paths, traces, config validation, tying, counts."""
+"""model/gpt.py (SPEC §1): the two attention paths, traces, tying, counts (GPTConfig's checks: test_model_config.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from helpers import CONTEXT, random_tokens, tiny_model, tiny_model_cfg
+from helpers import CONTEXT, random_tokens, tiny_model
 
 from model.gpt import GPT, GPTConfig
 
@@ -95,24 +95,6 @@ def test_probe_traces_have_documented_shapes() -> None:
         q0 = block.attn.q_proj(x0).view(B, T, H, dh).transpose(1, 2)
     torch.testing.assert_close(traces[0].x, x0)
     torch.testing.assert_close(traces[0].q, q0)
-
-
-@pytest.mark.parametrize("field", ["vocab_size", "n_layer", "n_head", "d_model", "d_mlp", "context"])
-@pytest.mark.parametrize("value", [0, -3])
-def test_config_rejects_non_positive_sizes(field: str, value: int) -> None:
-    with pytest.raises(ValueError, match=rf"{field}.*{value}"):
-        tiny_model_cfg(**{field: value})
-
-
-def test_config_rejects_non_integer_sizes() -> None:
-    with pytest.raises(ValueError, match=r"d_mlp.*2\.5"):
-        tiny_model_cfg(d_mlp=2.5)
-
-
-def test_config_rejects_d_model_not_divisible_by_n_head() -> None:
-    with pytest.raises(ValueError, match=r"d_model=30.*n_head=4"):
-        tiny_model_cfg(d_model=30, n_head=4)
-    assert tiny_model_cfg(d_model=36, n_head=4).d_head == 9
 
 
 def test_sequence_longer_than_context_is_an_error() -> None:

@@ -1,6 +1,7 @@
 """The Parquet store of sweep results (SPEC §6), one module per idea.
 
 * ``schema``   the tables, their columns and keys;
+* ``ids``      ``run_id`` and the ``strengths`` text (no Arrow: the parsers use them);
 * ``parquet``  ``Store``: atomic writes, reads with the compaction precedence rule;
 * ``locks``    ``sweep_lock``: a writing sweep's heartbeat file;
 * ``validate`` duplicates, gaps, NaNs, unreadable files;
