@@ -12,7 +12,6 @@ seconds apart, under the same load); the ratio of the medians is reported too.
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import statistics
@@ -92,10 +91,6 @@ def paired_spread(num: list[float], den: list[float]) -> tuple[float, float]:
 
 def med(xs: list[float]) -> float:
     return statistics.median(xs)
-
-
-def positive_finite(x: float) -> bool:
-    return isinstance(x, float) and math.isfinite(x) and x > 0
 
 
 def machine() -> dict[str, Any]:
