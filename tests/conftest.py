@@ -19,7 +19,8 @@ python block of README.md and docs/*.md runs). Helpers shared by several files a
 ``sweep_helpers.py``, ``hf_trace_helpers.py``, ``s3_server.py``, ``plugin_toy.py``,
 ``probe_helpers.py``: today's per-layer probe, the batched probe's reference;
 ``probe_pack_helpers.py``: random tiny GPTs, a pack stacked from plain GPTs, row comparison;
-``hub_server.py``: a local Hugging Face Hub serving checkpoint revisions from disk).
+``hub_server.py``: a local Hugging Face Hub serving checkpoint revisions from disk; ``stored_values.py``: numbers
+stored in a file compared within float32 rounding, for the tests marked ``stored``).
 
 Hygiene: environment variables change only through ``monkeypatch`` or the fixtures below
 (restored after); no test asserts a wall-clock time (timing targets belong to bench/).
