@@ -64,12 +64,18 @@ def cell_mean(avg: np.ndarray) -> np.ndarray:
     return np.where(fin.any(-1), total / np.maximum(fin.sum(-1), 1), np.nan)
 
 
+def pivot_units(df: pd.DataFrame, unit: str, cells: list[str], value: str) -> tuple[np.ndarray, list, tuple]:
+    """[n_units, n_cells] of ``value`` (NaN where missing), the cell labels and the units' labels."""
+    if df.empty:
+        return np.empty((0, 0)), [], ()
+    p = df.pivot_table(index=unit, columns=cells, values=value, aggfunc="mean", observed=True)
+    return p.to_numpy(float), list(p.columns), tuple(v.item() if hasattr(v, "item") else v for v in p.index)
+
+
 def pivot(df: pd.DataFrame, unit: str, cells: list[str], value: str) -> tuple[np.ndarray, list]:
     """[n_units, n_cells] of ``value`` (NaN where missing) and the cell labels."""
-    if df.empty:
-        return np.empty((0, 0)), []
-    p = df.pivot_table(index=unit, columns=cells, values=value, aggfunc="mean", observed=True)
-    return p.to_numpy(float), list(p.columns)
+    x, cols, _ = pivot_units(df, unit, cells, value)
+    return x, cols
 
 
 def count_runs(df: pd.DataFrame) -> int:
