@@ -72,13 +72,16 @@ class Needed:
     seeds: int | None
     reason: str | None
     effect: float | None = None  # the observed standardized effect the figure is at
+    note: str = ""  # what the figure is for (a new --seeds auto experiment)
 
     def text(self) -> str:
+        tail = f"; {self.note}" if self.note else ""
         if self.seeds is None:
-            return f"seeds needed: — ({self.reason})"
+            return f"seeds needed: — ({self.reason}{tail})"
         if self.effect is None:
-            return f"≈ {self.seeds} seeds would decide it ({self.reason})"
-        return f"≈ {self.seeds} seeds would decide it at this effect (d = {self.effect:.2g}; a planning estimate)"
+            return f"≈ {self.seeds} seeds would decide it ({self.reason}{tail})"
+        return (f"≈ {self.seeds} seeds would decide it at this effect (d = {self.effect:.2g}; a planning "
+                f"estimate{tail})")
 
 
 def seeds_needed(y: np.ndarray, c: float, level: float, method: str = "t", side: int = 0) -> Needed:

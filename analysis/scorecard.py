@@ -33,7 +33,7 @@ preset's scorecard from its stats.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -342,8 +342,13 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
         if verdict in (REPRODUCED, REVERSED) and i not in seq and t.method == "t" and level is not None:
             y_side, null = test_scale(c, side)
             check = assumption_check(y_side, null, level, c.ids)
-        if verdict in (UNDECIDED, CANNOT) and i not in seq and t is not None and t.p is not None:
-            needed = _needed(c, t, level, side)
+        if verdict in (UNDECIDED, CANNOT) and t is not None and t.p is not None:
+            if i not in seq:
+                needed = _needed(c, t, level, side)
+            elif seq[i].get("alpha") and seq[i].get("family_size"):  # plan a new experiment from its start
+                needed = _needed(c, t, seq[i]["alpha"] / seq[i]["family_size"], side)
+                needed = replace(needed, note="for a new --seeds auto experiment, --max-seeds at least that "
+                                              "(a fixed test at its starting level α/m)")
         lost = worst_p = holds = None
         if c.arms and block == "counted" and value is not None:
             lost, affected = arm_losses(lost_frame, c.arms)
@@ -488,7 +493,7 @@ def row_notes(r: dict) -> list[str]:
         out.append(f"check: {_check(r)}")
     if r.get("worst_case_holds") is not None:
         out.append(f"lost runs: {_lost(r)}")
-    if r["verdict"] == UNDECIDED and r.get("seeds_needed_reason") and r["test"] != "--seeds auto":
+    if r["verdict"] == UNDECIDED and r.get("seeds_needed_reason"):
         out.append(r["seeds_needed_reason"])
     out += [part for part in (r["reason"] or "").split("; ") if part.startswith(SEQUENTIAL_NOTE)]
     return [n for n in out if n]
