@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.inference import UnitTest, driving_unit, shapiro_p, signflip_p, t_test
-from analysis.sequential import fixed_n_for_power
+from analysis.sequential import fixed_power
 
 #: Power a planning figure aims at.
 POWER = 0.8
@@ -105,10 +105,25 @@ def seeds_needed(y: np.ndarray, c: float, level: float, method: str = "t", side:
     d = abs(float(v.mean()) - c) / float(v.std(ddof=1))
     if d == 0:
         return Needed(None, "no effect estimated (mean at the null)")
-    n = fixed_n_for_power(d, POWER, level, limit=MOST_SEEDS)
-    if n >= MOST_SEEDS:
+    n = first_n_with_power(d, level)
+    if n is None:
         return Needed(None, f"over {MOST_SEEDS} seeds at the observed effect d = {d:.2g}", d)
     return Needed(n, "80 % power, noncentral t at the observed effect", d)
+
+
+def first_n_with_power(d: float, level: float) -> int | None:
+    """The smallest n in [2, ``MOST_SEEDS``] at which the fixed two-sided t test at ``level`` has
+    ``POWER`` at effect d (``analysis.sequential.fixed_power``), by bisection: power grows with n."""
+    if fixed_power(d, MOST_SEEDS, level) < POWER:
+        return None
+    lo, hi = 1, MOST_SEEDS  # power(lo) < POWER <= power(hi); n = 1 has no test
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fixed_power(d, mid, level) >= POWER:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def worst_case(y: np.ndarray, ids: tuple | None, affected: set, c: float, side: int, level: float,

@@ -13,7 +13,16 @@ import pandas as pd
 from analysis import vocabulary as vocab
 from analysis.losses import Arm
 from analysis.reference import PAPER_REFERENCE, PAPER_TEXT, PAPER_VALUE
-from analysis.units import Reducer, cell_mean, column, count_runs, pearson_rows, pivot, pivot_units
+from analysis.units import (
+    Reducer,
+    cell_mean,
+    column,
+    count_runs,
+    pearson_rows,
+    pivot,
+    pivot_many,
+    pivot_units,
+)
 from interventions import PAPER_CONDITIONS
 from model.qk_init import PAPER_INITS, QK_INITS
 
@@ -344,10 +353,10 @@ BRIDGE = {  # pair -> (metric a, sign a, metric b, sign b), value = sign * slope
 }
 
 
-def _bridge_r(ps: pd.DataFrame, a: str, sa: int, b: str, sb: int, suffix: str = "") -> np.ndarray:
-    """Each seed's Pearson r of the two bridge quantities over its uncoupled layer trajectories [n]."""
-    cells = ["init", "depth", "layer"]
-    sl_a, m_a, sl_b, m_b = (pivot(ps, "seed", cells, f"{m}_{k}{suffix}")[0] for m in (a, b) for k in ("slope", "mean"))
+def _bridge_r(wide: dict[str, np.ndarray], a: str, sa: int, b: str, sb: int, suffix: str = "") -> np.ndarray:
+    """Each seed's Pearson r of the two bridge quantities over its uncoupled layer trajectories [n];
+    ``wide``: the per-seed table's columns pivoted to [seed, (init, depth, layer)] (``pivot_many``)."""
+    sl_a, m_a, sl_b, m_b = (wide[f"{m}_{k}{suffix}"] for m in (a, b) for k in ("slope", "mean"))
     with np.errstate(invalid="ignore", divide="ignore"):
         return pearson_rows(sa * sl_a / m_a, sb * sl_b / m_b)
 
@@ -355,6 +364,7 @@ def _bridge_r(ps: pd.DataFrame, a: str, sa: int, b: str, sb: int, suffix: str = 
 def bridge_claims(an: Analysis) -> list[Claim]:
     ps = an.frames.get("per_seed")
     out = []
+    wide = ids = None
     for pair, (ma, sa, mb, sb) in BRIDGE.items():
         cid = f"bridge.{pair}"
         claim = f"bridge r({pair.replace('__', ', ')}) > 0 within each seed's uncoupled layer trajectories"
@@ -364,11 +374,14 @@ def bridge_claims(an: Analysis) -> list[Claim]:
             why = an.missing.get("bridge", "no uncoupled baseline runs")
             out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), reason=why, kind=kind, fisher=True))
             continue
-        post = _bridge_r(ps, ma, sa, mb, sb, "_post") if f"{ma}_slope_post" in ps else None
+        cols = [c for c in ps.columns if c.endswith(("_slope", "_mean", "_slope_post", "_mean_post"))]
+        if wide is None:
+            wide, ids = pivot_many(ps, "seed", ["init", "depth", "layer"], cols)
+        post = _bridge_r(wide, ma, sa, mb, sb, "_post") if f"{ma}_slope_post" in ps else None
         cells = ps.groupby("seed").size()
-        out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), _bridge_r(ps, ma, sa, mb, sb), count_runs(ps),
+        out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), _bridge_r(wide, ma, sa, mb, sb), count_runs(ps),
                          note=f"{int(cells.min())}–{int(cells.max())} trajectories per seed", kind=kind,
-                         fisher=True, post=post, ids=pivot_units(ps, "seed", ["init", "depth", "layer"], f"{ma}_slope")[2],
+                         fisher=True, post=post, ids=ids,
                          post_fixed=bool(an.results.get("bridge") and an.results["bridge"].collapse_fixed),
                          arms=baseline_arms(sorted(ps["init"].unique()))))
     return out

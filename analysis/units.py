@@ -72,6 +72,16 @@ def pivot_units(df: pd.DataFrame, unit: str, cells: list[str], value: str) -> tu
     return p.to_numpy(float), list(p.columns), tuple(v.item() if hasattr(v, "item") else v for v in p.index)
 
 
+def pivot_many(df: pd.DataFrame, unit: str, cells: list[str], values: list[str]) -> tuple[dict[str, np.ndarray], tuple]:
+    """``pivot_units`` of several columns at once, on the same units and cells: value -> [n_units,
+    n_cells] (NaN where missing), and the units' labels (one group-by instead of one per column)."""
+    if df.empty:
+        return {v: np.empty((0, 0)) for v in values}, ()
+    wide = df.groupby([unit, *cells], observed=True)[values].mean().unstack(cells)
+    ids = tuple(v.item() if hasattr(v, "item") else v for v in wide.index)
+    return {v: wide[v].to_numpy(float) for v in values}, ids
+
+
 def pivot(df: pd.DataFrame, unit: str, cells: list[str], value: str) -> tuple[np.ndarray, list]:
     """[n_units, n_cells] of ``value`` (NaN where missing) and the cell labels."""
     x, cols, _ = pivot_units(df, unit, cells, value)
