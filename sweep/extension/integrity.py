@@ -176,10 +176,10 @@ def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor, finite_
     flat = tensor.reshape(-1)
     bad = 0
     for start in range(0, flat.numel(), _CHUNK):
-        raw = flat[start : start + _CHUNK]
-        if finite_in is not None and raw.is_floating_point():
-            bad += int((~torch.isfinite(raw)).sum())
-        chunk = raw.to(dtype)
+        chunk = flat[start : start + _CHUNK].to(dtype)
+        # a sum is finite only when every value is (NaN and ±inf propagate; overflow merely sends it to the count)
+        if finite_in is not None and dtype.is_floating_point and not torch.isfinite(chunk.sum()):
+            bad += int((~torch.isfinite(chunk)).sum())
         if dtype.is_floating_point:
             nan = torch.isnan(chunk)
             if nan.any():
