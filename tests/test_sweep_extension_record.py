@@ -48,30 +48,40 @@ def test_every_row_carries_the_probe_settings(tmp_path: Path) -> None:
 
 def test_a_store_probed_under_other_settings_is_refused(tmp_path: Path) -> None:
     """Measured rows (ok, duplicate_of) fix the store's settings; failed rows measure nothing; the
-    revisions a --force run redoes do not count; another store is free; rows without settings
-    (written before they were stored) are refused as unknown."""
+    revisions a --force run redoes do not count; another store is free."""
     store = Store(str(tmp_path / "store"))
     store.write_checkpoint(checkpoint_rows(job("pythia", "step1"), layers(), record=record()))
     store.write_checkpoint(checkpoint_rows(job("other", "step1"), None, "boom", record(n_seqs=9)))  # failed
-    check_store(store, record())
+    assert check_store(store, record(), [("pythia", "step2")]) == []
     with pytest.raises(UsageError) as refused:
-        check_store(store, record(n_seqs=4, seq_len=32))
+        check_store(store, record(n_seqs=4, seq_len=32), [("other", "step1")])
     line = str(refused.value)
     assert "\n" not in line and line.startswith(f"--store {store.root} holds checkpoint rows probed with "
                                                 f"--n-seqs {N_SEQS} --seq-len {SEQ_LEN}, probe text sha256 "
                                                 f"{text_sha256(TEXT)[:12]}…, transformers {transformers_version()} "
                                                 "(series pythia); this run would probe with --n-seqs 4 --seq-len 32")
     assert "write to another --store" in line
-    check_store(store, record(n_seqs=4), redo={("pythia", "step1")})  # --force over every stored revision
+    check_store(store, record(n_seqs=4), [("pythia", "step1")], force=True)  # --force over every stored revision
+    with pytest.raises(UsageError):
+        check_store(store, record(n_seqs=4), [("pythia", "step1")])  # without --force the old rows stay
     check_store(Store(str(tmp_path / "another")), record(n_seqs=4))
     other_text = ProbeRecord.of(ProbeSettings("unused", n_seqs=N_SEQS, seq_len=SEQ_LEN), TEXT + " more")
     with pytest.raises(UsageError, match="probe text sha256"):
         check_store(store, other_text)
+
+
+def test_rows_of_unknown_settings_are_never_mixed_into_a_series(tmp_path: Path) -> None:
+    """Rows written before the settings were stored: a run adding rows to their series is refused;
+    one that only skips them (the demo's rerun on an older store) or writes other series is warned."""
     legacy = Store(str(tmp_path / "legacy"))
     legacy.write_checkpoint(checkpoint_rows(job("old", "step1"), layers()))  # no record: an older store's rows
-    with pytest.raises(UsageError, match=r"probed with settings not recorded \(written before they were\) "
-                                         r"\(series old\)"):
-        check_store(legacy, record())
+    with pytest.raises(UsageError, match=r"holds rows of series old probed before probe settings were recorded; "
+                                         r"this run would add rows probed with --n-seqs"):
+        check_store(legacy, record(), [("old", "step1"), ("old", "step2")])
+    (warning,) = check_store(legacy, record(), [("old", "step1")])  # already ok: skipped, nothing added
+    assert warning.startswith("[extension] warning:") and "series old probed before" in warning
+    assert check_store(legacy, record(), [("new", "step1")]) == [warning]
+    assert check_store(legacy, record(), [("old", "step1"), ("old", "step2")], force=True) == []
 
 
 def test_a_rerun_under_other_settings_exits_2_before_ray(tmp_path: Path, capsys) -> None:

@@ -257,20 +257,27 @@ def test_an_unexpected_or_mismatched_tensor_fails_the_revision(mode: str, tmp_pa
 @pytest.mark.parametrize("mode", MODES)
 def test_tied_embeddings_stored_under_either_name_probe_alike(mode: str, tmp_path: Path) -> None:
     """A tied input/output embedding stored once, as the input embedding (transformers' way) or as
-    ``lm_head.weight`` (some converters' way): both load, in both modes, to the same rows."""
+    ``lm_head.weight`` (some converters' way), in one file or in shards: both load, in both modes, to
+    the same rows."""
 
     def as_lm_head(state: dict) -> None:
-        state["lm_head.weight"] = state.pop("model.embed_tokens.weight")
+        if "model.embed_tokens.weight" in state:
+            state["lm_head.weight"] = state.pop("model.embed_tokens.weight")
 
-    save_revision(tmp_path / "embed", tie_word_embeddings=True)
-    save_revision(tmp_path / "head", tie_word_embeddings=True, edit=as_lm_head)
     from safetensors import safe_open
 
-    with safe_open(str(tmp_path / "head" / "model.safetensors"), "pt") as f:
-        assert "lm_head.weight" in f.keys() and "model.embed_tokens.weight" not in f.keys()
-    a, b = _probe(tmp_path / "embed", mode, tmp_path), _probe(tmp_path / "head", mode, tmp_path)
-    assert [r["pr_k"] for r in a] == [r["pr_k"] for r in b]
-    assert [r["attn_entropy"] for r in a] == [r["attn_entropy"] for r in b]
+    for layout in (None, "20KB"):  # one file, and shards with their index
+        embed, head = tmp_path / f"embed-{layout}", tmp_path / f"head-{layout}"
+        save_revision(embed, tie_word_embeddings=True, shard=layout)
+        save_revision(head, tie_word_embeddings=True, shard=layout, edit=as_lm_head)
+        stored = set()
+        for path in head.glob("*.safetensors"):
+            with safe_open(str(path), "pt") as f:
+                stored |= set(f.keys())
+        assert "lm_head.weight" in stored and "model.embed_tokens.weight" not in stored
+        a, b = _probe(embed, mode, tmp_path), _probe(head, mode, tmp_path)
+        assert [r["pr_k"] for r in a] == [r["pr_k"] for r in b]
+        assert [r["attn_entropy"] for r in a] == [r["attn_entropy"] for r in b]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -258,8 +258,9 @@ def probe_checkpoints(manifest: Manifest, settings: ExtensionSettings, text: str
     store = Store(store_uri)
     store.check_writable()
     text = default_probe_text() if text is None else text
-    redo = {(s.name, r.revision) for s in manifest.series for r in s.revisions} if settings.force else ()
-    check_store(store, ProbeRecord.of(settings.probe, text), redo)  # before Ray: one line, exit 2
+    jobs = [(s.name, r.revision) for s in manifest.series for r in s.revisions]
+    for line in check_store(store, ProbeRecord.of(settings.probe, text), jobs, settings.force):  # before Ray
+        print(line, file=sys.stderr, flush=True)
     if save_manifest:
         write_manifest(manifest, save_manifest)
     n_revs = sum(len(s.revisions) for s in manifest.series)

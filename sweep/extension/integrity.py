@@ -22,7 +22,8 @@ digest of the weights' *values*, not of their files:
   embedding in every supported family (``model.embed_tokens`` > ``lm_head``,
   ``gpt_neox.embed_in`` > ``embed_out``, ``transformer.wte`` > ``lm_head``),
   the name transformers' safetensors writer keeps;
-- file names, file metadata and extra files do not enter; every tensor a file
+- file names, file metadata and extra files do not enter (only the files
+  ``from_pretrained`` loads are hashed: ``metrics.hf_files``); every tensor a file
   stores does (an old checkpoint that also stores a buffer, e.g. GPT-2's causal
   mask ``attn.bias``, hashes differently from one without it).
 

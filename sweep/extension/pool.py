@@ -239,7 +239,7 @@ def run_extension(
     store = Store(used.store)
     jobs = jobs_from_manifest(manifest)
     record = ProbeRecord.of(used, text)
-    check_store(store, record, redo={(j.series, j.revision) for j in jobs} if force else ())
+    check_store(store, record, [(j.series, j.revision) for j in jobs], force)
     done = set() if force else done_revisions(store)
     todo = [j for j in jobs if (j.series, j.revision) not in done]
     results = [JobResult(j.series, j.revision, "skipped") for j in jobs if (j.series, j.revision) in done]

@@ -10,8 +10,10 @@ would show a trend that is the settings'.
 ``check_store`` therefore refuses, before anything starts, a run whose settings differ from those of
 the measured rows (``ok`` or ``duplicate_of``) already in its store, in one line naming the stored
 settings; failed rows hold no measurement and do not count, nor do revisions this run redoes
-(``--force`` over a manifest that names them). Rows written before the settings were stored have none:
-their settings are unknown, and they are refused alike.
+(``--force`` over a manifest that names them). Rows written before the settings were stored have
+none: their settings are unknown. They refuse a run that would add measured rows to their series
+(a fit would mix them); elsewhere they stay, with one warning line, and the report's Appendix A
+names them apart.
 """
 
 from __future__ import annotations
@@ -77,38 +79,48 @@ def record_of(row: Any) -> ProbeRecord | None:
     return ProbeRecord(int(values[0]), int(values[1]), str(values[2]), str(values[3]))
 
 
-def stored_records(store: Store, redo: Collection[tuple[str, str]] = ()) -> dict[ProbeRecord | None, list[str]]:
-    """{record: series} over the store's measured rows (``ok`` and ``duplicate_of``), leaving out the
-    (series, revision) pairs in ``redo``; None stands for rows without a record."""
+def stored_records(store: Store) -> dict[tuple[str, str], ProbeRecord | None]:
+    """{(series, revision): its record} over the store's measured rows (``ok`` and ``duplicate_of``);
+    None for a revision whose rows have none."""
     from sweep.extension.integrity import DUPLICATE_PREFIX
 
     df = store.read("checkpoints", columns=["series", "revision", "status", *CHECKPOINT_SETTINGS])
     measured = df[(df["status"] == "ok") | df["status"].str.startswith(DUPLICATE_PREFIX)]
-    redo = set(redo)
-    out: dict[ProbeRecord | None, list[str]] = {}
-    for row in measured.itertuples(index=False):
-        if (row.series, row.revision) in redo:
-            continue
-        series = out.setdefault(record_of(row), [])
-        if row.series not in series:
-            series.append(row.series)
-    return out
+    return {(row.series, row.revision): record_of(row) for row in measured.itertuples(index=False)}
 
 
-def check_store(store: Store, record: ProbeRecord, redo: Collection[tuple[str, str]] = ()) -> None:
-    """A ``UsageError`` (one line, naming the stored settings) when ``store`` holds measured rows under
-    other settings than ``record``'s, besides the revisions in ``redo``."""
+def _series(names: list[str]) -> str:
+    shown = ", ".join(sorted(names)[:NAMED_SERIES])
+    return shown + (f" and {len(names) - NAMED_SERIES} more" if len(names) > NAMED_SERIES else "")
+
+
+def check_store(store: Store, record: ProbeRecord, jobs: Collection[tuple[str, str]] = (),
+                force: bool = False) -> list[str]:
+    """Refuse (``UsageError``, one line naming the stored settings) a run probing with ``record`` the
+    (series, revision) pairs ``jobs`` into ``store`` (see the module docstring); return the warning
+    lines to print (rows of unknown settings that the run leaves apart)."""
     from sweep.cli import UsageError
 
-    others = {r: s for r, s in stored_records(store, redo).items() if r != record}
-    if not others:
-        return
-    parts = []
-    for other, series in others.items():
-        names = ", ".join(series[:NAMED_SERIES]) + (f" and {len(series) - NAMED_SERIES} more"
-                                                    if len(series) > NAMED_SERIES else "")
-        what = other.describe() if other is not None else "settings not recorded (written before they were)"
-        parts.append(f"{what} (series {names})")
-    raise UsageError(f"--store {store.root} holds checkpoint rows probed with {'; '.join(parts)}; this run would "
-                     f"probe with {record.describe()}: rows of other settings are not comparable — rerun with the "
-                     "stored settings, write to another --store, or --force every stored revision")
+    stored = stored_records(store)
+    redo = set(jobs) if force else set()
+    kept = {key: rec for key, rec in stored.items() if key not in redo}
+    others: dict[ProbeRecord, list[str]] = {}
+    for (series, _), rec in kept.items():
+        if rec is not None and rec != record and series not in others.setdefault(rec, []):
+            others[rec].append(series)
+    if others:
+        stored_text = "; ".join(f"{rec.describe()} (series {_series(series)})" for rec, series in others.items())
+        raise UsageError(f"--store {store.root} holds checkpoint rows probed with {stored_text}; this run would "
+                         f"probe with {record.describe()}: rows of other settings are not comparable — rerun with "
+                         "the stored settings, write to another --store, or --force every stored revision")
+    unknown = sorted({series for (series, _), rec in kept.items() if rec is None})
+    written = {series for series, revision in jobs if force or (series, revision) not in stored}
+    mixed = [s for s in unknown if s in written]
+    if mixed:
+        raise UsageError(f"--store {store.root} holds rows of series {_series(mixed)} probed before probe settings "
+                         f"were recorded; this run would add rows probed with {record.describe()} to them: --force "
+                         "with a manifest naming all their revisions, or write to another --store")
+    if unknown:
+        return [f"[extension] warning: --store {store.root} holds rows of series {_series(unknown)} probed before "
+                "probe settings were recorded: their settings are unknown (the report names them apart)"]
+    return []

@@ -1,11 +1,12 @@
 """Probe one revision of a public checkpoint series (SPEC §7), without Ray.
 
 A ``Job`` names one revision (hub repo + revision, or a local folder); ``probe_revision``
-fetches or opens it, loads the model and its own tokenizer, builds the fixed probe
-windows (``probe_windows``) and returns one metrics dict per layer — the whole model
-(``metrics.hf_probe.probe_hf_model``) or one decoder block at a time
-(``metrics.hf_stream.probe_streamed``), as the job's ``mode`` says; ``checkpoint_rows``
-turns that into rows of the ``checkpoints`` table. A hub revision is downloaded file by
+fetches or opens it, checks that its weight files (the loader's: ``weight_set``) load into the
+model as shipped, hashes them (every parameter finite), loads its own tokenizer, builds the fixed
+probe windows (``probe_windows``, their ids checked against the embedding) and returns one metrics
+dict per layer — the whole model (``metrics.hf_probe.probe_hf_model``) or one decoder block at a
+time (``metrics.hf_stream.probe_streamed``), as the job's ``mode`` says; ``checkpoint_rows`` turns
+that into rows of the ``checkpoints`` table, with the probe settings (``sweep.extension.record``). A hub revision is downloaded file by
 file from its listing (``sweep.extension.listing``), within the disk budget when there is
 one (``sweep.extension.disk``), and what this run downloaded is deleted after its probe.
 ``sweep.extension`` runs these as Ray tasks.
