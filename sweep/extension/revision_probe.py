@@ -6,9 +6,10 @@ model as shipped, hashes them (every parameter finite), loads its own tokenizer,
 probe windows (``probe_windows``, their ids checked against the embedding) and returns one metrics
 dict per layer — the whole model (``metrics.hf_probe.probe_hf_model``) or one decoder block at a
 time (``metrics.hf_stream.probe_streamed``), as the job's ``mode`` says; ``checkpoint_rows`` turns
-that into rows of the ``checkpoints`` table, with the probe settings (``sweep.extension.record``). A hub revision is downloaded file by
-file from its listing (``sweep.extension.listing``), within the disk budget when there is
-one (``sweep.extension.disk``), and what this run downloaded is deleted after its probe.
+that into rows of the ``checkpoints`` table, with the probe settings (``sweep.extension.record``).
+A hub revision is downloaded file by file from its listing (``sweep.extension.listing``), within
+the disk budget when there is one (``sweep.extension.disk``), and what this run downloaded is
+deleted after its probe.
 ``sweep.extension`` runs these as Ray tasks.
 """
 
