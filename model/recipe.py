@@ -40,14 +40,24 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
 
 def set_tf32(enabled: bool, device: torch.device) -> None:
     """Let fp32 matmuls and convolutions on CUDA use TF32 (``enabled``) or not: called where a run
-    starts (``python -m model.train``, the sweep's trial), never as a side effect. PyTorch's
-    per-backend precision API only (mixing it with the legacy ``allow_tf32`` flags is an error);
-    the probe forces full precision for itself (``metrics.probe``). Nothing to do on the CPU."""
+    starts (``python -m model.train``, the sweep's trial), never as a side effect; the probe forces
+    full precision for itself (``metrics.probe``). Nothing to do on the CPU.
+
+    Both of PyTorch's APIs are written, to the same value: first the legacy flags
+    (``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``), then the
+    per-backend ``fp32_precision`` (cuBLAS matmul, cuDNN conv and rnn). PyTorch 2.13's older
+    readers (the two flags, ``torch.get_float32_matmul_precision()``, which Inductor's
+    max-autotune reads) raise when the two APIs disagree, e.g. after the new API alone set
+    ``"tf32"``, or set cuDNN's conv but not its rnn; written so, every reader, old or new, answers
+    (tests/test_model_recipe.py reads them all). oneDNN (CPU) matmuls are left alone."""
     if device.type != "cuda":
         return
     value = "tf32" if enabled else "ieee"
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
     torch.backends.cuda.matmul.fp32_precision = value
     torch.backends.cudnn.conv.fp32_precision = value
+    torch.backends.cudnn.rnn.fp32_precision = value
 
 
 #: the modules whose ``weight`` AdamW decays (SPEC §3: matrices and embeddings); biases and
