@@ -15,7 +15,7 @@
 #                "timed out", the sections still run, and the script exits 1
 #   clamp        k_spectrum_clamp's decomposition: eigh / svd / refine on the GPU and on the CPU, unpacked
 #                and a pack of 12, as × the none step (bench/clamp_cost.py); its clamped-step factor is
-#                what the sweep's plan prices a clamp trial by (sweep/costs.json)
+#                what the sweep's plan prices a clamp trial by
 #   throughput   unpacked eager / graphed / k_spectrum_clamp; packs of 12 (eager, graphed, clamp) and 36;
 #                4 processes; GPU busy (its own process); a compiled pack of 36 only with time left; each
 #                variant's peak memory beside the plan's memory model (bench/gpu_packing.py)

@@ -36,11 +36,11 @@ def announce(what: str, reason: str) -> None:
 
 def refusal(device: torch.device, amp_dtype: torch.dtype | None, condition: object) -> str | None:
     """Why this run cannot be recorded before trying (None: it may be). ``condition``: the
-    intervention instance (its class's ``graph_safe``)."""
+    intervention instance (its class's ``graph_safe``). fp16 is recorded too: the loss scaler and the
+    skipped member's step stay on the device (``model.scaler``, ``model.optimiser``). ``amp_dtype``
+    is kept for the callers: no dtype is refused today."""
     if device.type != "cuda":
         return "not a CUDA device"
-    if amp_dtype == torch.float16:
-        return "fp16 autocast needs the loss scaler's host-side overflow check each step; use --amp bf16"
     if not type(condition).graph_safe:
         return (f"condition {type(condition).name!r} does not declare itself graph_safe "
                 "(interventions.base)")

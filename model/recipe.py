@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 # the recipe's settings are plain data without torch (model/config.py); importing them from here keeps working
 from model.config import TrainConfig
+from model.optimiser import MemberAdamW
 
 
 def resolve_device(device: str) -> torch.device:
@@ -82,14 +83,19 @@ def split_params(model: nn.Module, trainable: Callable[[str, nn.Parameter], bool
     return decay, no_decay, frozen
 
 
-def make_adamw(decay: list[Tensor], no_decay: list[Tensor], cfg: TrainConfig,
-               device: torch.device, capturable: bool = False) -> torch.optim.Optimizer:
-    """The recipe's AdamW: weight decay on ``decay`` only; fused on CUDA (``capturable`` there
-    when its step is recorded in a CUDA graph: the step count lives on the device)."""
+def make_adamw(decay: list[Tensor], no_decay: list[Tensor], cfg: TrainConfig, device: torch.device,
+               capturable: bool = False, members: int = 1, fused: bool | None = None) -> torch.optim.Optimizer:
+    """The recipe's AdamW: weight decay on ``decay`` only; fused on CUDA (``fused``: None) or as
+    asked; ``capturable`` when its step is recorded in a CUDA graph (the step count lives on the
+    device). ``members`` > 1: the tensors are a pack's, stacked [M, ...], and the optimiser is
+    ``model.optimiser.MemberAdamW`` (one step count per member)."""
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda",
-                             capturable=capturable)
+    kwargs = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "capturable": capturable,
+              "fused": device.type == "cuda" if fused is None else fused}
+    if members > 1:
+        return MemberAdamW(groups, members, **kwargs)
+    return torch.optim.AdamW(groups, **kwargs)
 
 
 def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ the model itself. Several members (a pack, SPEC §5.1) train as one batched comp
 weights are stacked [M, ...] into one ``GPT`` (``model.stack``), every layer runs all members in
 one kernel, the loss is one per member [M], autograd on its sum gives each member the gradient of
 its own loss, each member's gradients are clipped to their own global norm, and AdamW (elementwise)
-keeps per-member state. Equal means equal to rounding, not bit-identical: batched kernels sum in
+keeps per-member state, its step count included (``model.optimiser.MemberAdamW``). Equal means equal to rounding, not bit-identical: batched kernels sum in
 another order, so a single run is never packed.
 
 On CUDA (``graphs``, the default) each step's device work is replayed from a CUDA graph
@@ -35,6 +35,7 @@ from metrics.probe import probe_members
 from model import graphs as graphs_mod
 from model.corpus import VAL_SEED, BatchSampler, Corpus, device_tokens, fixed_windows, probe_batch
 from model.gpt import GPTConfig
+from model.optimiser import optimiser_step
 from model.qk_init import build_model
 from model.recipe import (
     compile_model,
@@ -52,7 +53,7 @@ from model.report import (
     diverged_report,
     epoch_report,
 )
-from model.scaler import MemberScaler, masked_step
+from model.scaler import MemberScaler
 from model.stack import Member, check_packable, plain, stack
 
 if TYPE_CHECKING:
@@ -142,7 +143,8 @@ class Trainer:
         for name in frozen:
             self.params[name].requires_grad_(False)
         return make_adamw([self.params[n] for n in decay], [self.params[n] for n in no_decay], self.cfg,
-                          self.device, capturable=self._graphs and self.device.type == "cuda")
+                          self.device, capturable=self._graphs and self.device.type == "cuda",
+                          members=len(self.members))
 
     # -- state ------------------------------------------------------------------
 
@@ -290,7 +292,7 @@ class Trainer:
             skip_sum += overflow.double()
         qk_sum += qk.double()
         norm_sum += norms.double()
-        masked_step(self.optimizer, trained, overflow, self.packed)
+        optimiser_step(self.optimizer, overflow)
         if overflow is not None:
             self.scaler.update(overflow)
         loss_sum += loss.detach().double()
