@@ -50,9 +50,15 @@ class MemberAdamW(torch.optim.AdamW):
             state["step"] = torch.zeros(self.members, dtype=torch.float32, device=p.device if on_device else "cpu")
             state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        elif state["step"].dim() == 0:  # a plain AdamW's state (a checkpoint of before): every member counted alike
-            state["step"] = state["step"].expand(self.members).clone()
         return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """``AdamW.load_state_dict``; a plain AdamW's state (one 0-d count a tensor: a pack's checkpoint
+        of before the per-member count) gets that count for every member, as it counted them."""
+        super().load_state_dict(state_dict)
+        for state in self.state.values():
+            if "step" in state and state["step"].dim() == 0:
+                state["step"] = state["step"].expand(self.members).clone()
 
     @torch.no_grad()
     def step(self, closure: Any = None, skip: Tensor | None = None) -> None:  # type: ignore[override]
