@@ -15,8 +15,8 @@ keeps per-member state, its step count included (``model.optimiser.MemberAdamW``
 another order, so a single run is never packed.
 
 On CUDA (``graphs``, the default) each step's device work is replayed from a CUDA graph
-(``model.graphs``) and so is the validation loss; a trainer that cannot record trains eagerly and
-says why in one line (``graph_status``).
+(``model.graphs``) and so is the validation loss, both in one graph memory pool; a trainer that
+cannot record trains eagerly and says why in one line (``graph_status``).
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ class Trainer:
             graphs_mod.announce(self.label, refused)
         self._step_graph: graphs_mod.StepGraph | None = None
         self._val_graph: graphs_mod.ForwardGraph | None = None
+        self._graph_pool: object = None  # one memory pool for both graphs (model.graphs), made at the first recording
         self.optimizer = self._make_optimizer()
 
         train = device_tokens(corpus.train, self.device)  # one copy on the device, every member's sampler reads it
@@ -225,7 +226,7 @@ class Trainer:
     def _val_replay(self) -> Tensor:
         if self._val_graph is None:
             try:
-                self._val_graph = graphs_mod.ForwardGraph(self._val_total)
+                self._val_graph = graphs_mod.ForwardGraph(self._val_total, self._pool())
             except graphs_mod.GraphUnavailable as exc:
                 self._fall_back(exc)
                 return self._val_total()
@@ -303,11 +304,17 @@ class Trainer:
         self._graphs, self._val_graphs = False, self._val_graph is not None
         self.graph_status = f"off: {exc}"
 
+    def _pool(self) -> object:
+        """The trainer's one graph memory pool (the step's and the validation's, also after a resume)."""
+        if self._graph_pool is None:
+            self._graph_pool = graphs_mod.backend.pool()
+        return self._graph_pool
+
     def _record(self, x: Tensor, y: Tensor) -> None:
         """Record the step as a CUDA graph, or fall back to eager with one line."""
         trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
         try:
-            self._step_graph = graphs_mod.StepGraph(self._body, x, y, trainable, self.optimizer)
+            self._step_graph = graphs_mod.StepGraph(self._body, x, y, trainable, self.optimizer, self._pool())
         except graphs_mod.GraphUnavailable as exc:
             self._fall_back(exc)
 

@@ -75,6 +75,8 @@ def test_recorded_step_trains_exactly_as_the_eager_loop(simulated: SimulatedGrap
     # one step graph and one validation graph, recorded once and replayed every step / epoch
     assert simulated.recorded == 2
     assert simulated.replays == 2 * 5 + 3  # 10 steps; validation at epochs 0, 1, 2
+    # into one memory pool, the trainer's (model.memory counts one)
+    assert simulated.pools[0] is not None and simulated.pools == [graphed._graph_pool] * 2
 
 
 def test_a_resumed_run_records_again_and_stays_exact(simulated: SimulatedGraphs) -> None:
@@ -87,6 +89,8 @@ def test_a_resumed_run_records_again_and_stays_exact(simulated: SimulatedGraphs)
     resumed = trainer("forced_k_contraction")
     resumed.load_state_dict(torch.load(buf, weights_only=False))
     resumed.run()
+    # the resumed trainer recorded its own two graphs, into its own one pool
+    assert simulated.pools[-2:] == [resumed._graph_pool] * 2 and resumed._graph_pool is not first._graph_pool
     straight = trainer("forced_k_contraction", graphs_on=False)
     straight.run()
     assert_same_weights(resumed.model, straight.model)
