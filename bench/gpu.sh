@@ -15,7 +15,7 @@
 #                "timed out", the sections still run, and the script exits 1
 #   clamp        k_spectrum_clamp's decomposition: eigh / svd / refine on the GPU and on the CPU, unpacked
 #                and a pack of 12, as × the none step (bench/clamp_cost.py); its clamped-step factor is
-#                what the sweep's plan prices a clamp trial by
+#                what the sweep's plan prices a clamp trial by ($OUT/costs.json: copy it to sweep/costs.json)
 #   throughput   unpacked eager / graphed / k_spectrum_clamp; packs of 12 (eager, graphed, clamp) and 36;
 #                4 processes; GPU busy (its own process); a compiled pack of 36 only with time left; each
 #                variant's peak memory beside the plan's memory model (bench/gpu_packing.py)
@@ -216,7 +216,7 @@ throughput() {
 clamp() {
   local shape=(--depths 8 --members 1,12); [ "$DEV" = cpu ] && shape=(--depths 2 --members 1,3 --tiny)
   timed clamp clamp "$PY" -m bench.clamp_cost --device "$DEV" "${shape[@]}" --steps 5 --rounds 3 --threads 0 \
-    --json "$OUT/clamp.json"
+    --json "$OUT/clamp.json" --costs "$OUT/costs.json"
 }
 
 probe() {

@@ -191,9 +191,10 @@ def measure(name: str, device: str, tiny: bool, seconds: float) -> dict[str, Any
         out["step_s"] = out["epoch_s"] / steps
         out["graph_status"] = trainer.graph_status
         if v["condition"] == "k_spectrum_clamp":
-            from interventions.spectrum import KSpectrumClamp
+            from interventions.spectrum import KSpectrumClamp, chosen
 
-            out["clamp"] = {"method": KSpectrumClamp.method, "decomp_device": KSpectrumClamp.decomp_device or device}
+            how = chosen(str(trainer.device)) or (KSpectrumClamp.method, KSpectrumClamp.decomp_device)
+            out["clamp"] = {"method": how[0], "decomp_device": how[1] or device}
     out.update(variant=name, **v, depth=2 if tiny else DEPTH, device=device)
     out["projected_paper_grid_h"] = projected_hours(out["run_steps_per_s"])
     if device == "cuda":

@@ -281,15 +281,22 @@ def test_gpu_script_checks_its_prerequisites_first_in_one_line(tmp_path: Path) -
     assert not (tmp_path / "out" / "plan.json").exists()
 
 
-def test_clamp_cost_tiny() -> None:
+def test_clamp_cost_tiny(tmp_path: Path) -> None:
+    """Each method's cost, the clamp's own choice (on the CPU: eigh there), and the plan's cost factor
+    written in sweep/costs.json's format: the plan reads it back (not measured: a CPU's figure)."""
     from bench import clamp_cost
+    from sweep.schedule import load_costs
 
-    out = clamp_cost.main(["--tiny", "--members", "1,2", "--depths", "1", "--rounds", "1"])
+    out = clamp_cost.main(["--tiny", "--members", "1,2", "--depths", "1", "--rounds", "1",
+                           "--costs", str(tmp_path / "costs.json")])
     assert [(r["members"], len(r["rows"])) for r in out["results"]] == [(1, 3), (2, 3)]
     for r in out["results"]:
-        assert r["none_step_s"] > 0
+        assert r["none_step_s"] > 0 and r["auto"] == "eigh@cpu"
         for row in r["rows"]:
             assert row["x_none_step"] > 0 and row["step_with_clamp"] > 1 and row["max_abs_vs_svd"] < 1e-8
+    cost = load_costs(tmp_path / "costs.json")["k_spectrum_clamp"]
+    assert cost.factor == round(out["results"][1]["fastest_step_with_clamp"], 3) and not cost.measured
+    assert "a pack of 2 at depth 1" in cost.source
 
 
 def test_sequential_error_tiny(capsys) -> None:
