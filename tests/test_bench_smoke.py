@@ -385,6 +385,9 @@ def test_gpu_packing_variants_and_projection_on_the_cpu(tmp_path: Path, capsys) 
     pack = result["variants"]["pack12"]
     assert pack["members"] == 12 and pack["tokens_per_s"] > 0 and math.isfinite(pack["projected_paper_grid_h"])
     assert pack["graph_status"] == "off: graphs=False"
+    # the memory model beside each variant (the GPU's peak there: not measured on the CPU)
+    assert pack["modelled_memory_gb"] > result["variants"]["unpacked"]["modelled_memory_gb"] > 0
+    assert "memory GiB: peak / model" in printed and f"— / {pack['modelled_memory_gb']:.2f}" in printed
     assert result["variants"]["unpacked"]["speedup_vs_unpacked"] == 1.0
     assert "paper grid: 9,095,580 run-steps" in printed and "pack12" in printed
 
