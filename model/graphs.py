@@ -53,7 +53,8 @@ def refusal(device: torch.device, amp_dtype: torch.dtype | None, condition: obje
 
 
 class _Snapshot:
-    """Copies of the trained tensors and the optimiser state, put back in place by ``restore``."""
+    """Copies of the trained tensors, of any other state the step writes (the loss scaler's) and of
+    the optimiser state, put back in place by ``restore``."""
 
     def __init__(self, params: Sequence[Tensor], optimizer: torch.optim.Optimizer) -> None:
         self.params = [(p, p.detach().clone()) for p in params]
@@ -124,16 +125,18 @@ class StepGraph:
     body(x, y): one step on the batch x, y [..., B, T] int64 (a pack: [M, B, T]) that reads and
     writes only device tensors, gradients included; ``params``: the trained tensors;
     ``optimizer``: their AdamW, built with ``capturable=True``; ``pool``: the trainer's graph memory
-    pool (``CudaGraphs.pool``). What is recorded is the body
+    pool (``CudaGraphs.pool``); ``state``: any other tensor the body writes that the warm-up must
+    leave as it was (the loss scaler's scales and growth trackers). What is recorded is the body
     followed by dropping the gradients (``zero_grad(set_to_none=True)``), as in the eager loop:
     each replay writes fresh gradients into the graph's own memory. ``replay`` copies the batch
     into the static buffers and launches the graph.
     """
 
     def __init__(self, body: Callable[[Tensor, Tensor], None], x: Tensor, y: Tensor,
-                 params: Sequence[Tensor], optimizer: torch.optim.Optimizer, pool: object = None) -> None:
+                 params: Sequence[Tensor], optimizer: torch.optim.Optimizer, pool: object = None,
+                 state: Sequence[Tensor] = ()) -> None:
         self.x, self.y = x.clone(), y.clone()
-        snapshot = _Snapshot(params, optimizer)
+        snapshot = _Snapshot([*params, *state], optimizer)
 
         def step() -> None:
             body(self.x, self.y)

@@ -314,7 +314,8 @@ class Trainer:
         """Record the step as a CUDA graph, or fall back to eager with one line."""
         trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
         try:
-            self._step_graph = graphs_mod.StepGraph(self._body, x, y, trainable, self.optimizer, self._pool())
+            self._step_graph = graphs_mod.StepGraph(self._body, x, y, trainable, self.optimizer, self._pool(),
+                                                    state=(self.scaler.scale, self.scaler.growth))
         except graphs_mod.GraphUnavailable as exc:
             self._fall_back(exc)
 
