@@ -109,12 +109,12 @@ class MemberAdamW(torch.optim.AdamW):
             saved = [(p.clone(), s["exp_avg"].clone(), s["exp_avg_sq"].clone(), s["step"].clone())
                      for p, s in zip(params, states, strict=True)]
         counts = [s["step"] for s in states]
-        if all(c.device.type == "cpu" and bool((c == c[0]).all()) for c in counts):
-            shared = [c[0].clone() for c in counts]  # 0-d: what AdamW's own state would hold
+        stacked = torch.stack(counts) if all(c.device.type == "cpu" for c in counts) else None  # [P, M]
+        if stacked is not None and bool((stacked == stacked[0, 0]).all()):
+            shared = list(stacked[:, 0].clone().unbind())  # 0-d each: what AdamW's own state would hold
             self._call(group, params, [p.grad for p in params], [s["exp_avg"] for s in states],
                        [s["exp_avg_sq"] for s in states], shared)
-            for c, s in zip(counts, shared, strict=True):
-                c.copy_(s.expand_as(c))
+            torch._foreach_add_(counts, 1.0)
         else:
             for i in range(self.members):
                 self._call(group, [p[i] for p in params], [p.grad[i] for p in params],
