@@ -236,16 +236,17 @@ def test_the_dry_run_text_has_the_memory_estimate_against_the_free_memory() -> N
 
 
 def test_free_memory_is_read_with_mem_get_info_in_a_process_of_its_own(monkeypatch, tmp_path) -> None:
-    """``free_gpu_memory`` on a machine with CUDA (faked: a ``sitecustomize`` in the subprocess mocks
-    ``torch.cuda``; 2 GPUs, 30 and 70 GiB free) gives the least free GPU's bytes; the plan then caps by
-    them. In this process ``device_free_bytes`` reads the same mocked ``mem_get_info``."""
+    """``free_gpu_memory`` on a machine with CUDA (faked: a ``sitecustomize`` in the subprocess puts a
+    stand-in ``torch`` whose ``cuda`` has 2 GPUs, 30 and 70 GiB free by ``mem_get_info``; importing
+    the real one there would cost seconds) gives the least free GPU's bytes; the plan then caps by
+    them. In this process ``device_free_bytes`` reads the real module's ``mem_get_info``, mocked."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
-        "import torch\n"
-        "torch.cuda.is_available = lambda: True\n"
-        "torch.cuda.device_count = lambda: 2\n"
-        f"torch.cuda.mem_get_info = lambda i=0: ((30, 70)[i] * {GIB}, 80 * {GIB})\n")
+        "import sys, types\n"
+        "cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2,\n"
+        f"                            mem_get_info=lambda i=0: ((30, 70)[i] * {GIB}, 80 * {GIB}))\n"
+        "sys.modules['torch'] = types.SimpleNamespace(cuda=cuda)\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p))
     monkeypatch.setattr(ray_env, "local_gpus", lambda: 2)
     monkeypatch.setitem(sys.modules, "ray", None)  # no Ray running in this process
