@@ -95,7 +95,7 @@ fi
 
 # the plan: every item's budget, from what it runs (bench/gpu_plan.py); which sections fit this call
 PLAN_OUT=$("$PY" -m bench.gpu_plan --out "$OUT" --seconds "$SECONDS_PER_VARIANT" --tests "$GPU_TESTS" \
-  --budget-of "${SECTIONS:-auto}" "${COUNT[@]}")
+  --budget-of "${SECTIONS:-auto}" ${BUDGET_S:+--call-budget "$BUDGET_S"} "${COUNT[@]}")
 echo "$PLAN_OUT" | grep -v -E '^(BUDGET|SECTIONS|LATER) '
 BUDGET_S="${BUDGET_S:-$(echo "$PLAN_OUT" | sed -n 's/^BUDGET //p')}"
 if [ -z "$SECTIONS" ]; then

@@ -221,14 +221,14 @@ def section_s(p: dict[str, Any], section: str) -> int:
     return p["sections"].get(section) or sum(it["budget_s"] for it in items)
 
 
-def call_sections(p: dict[str, Any]) -> tuple[list[str], list[str]]:
+def call_sections(p: dict[str, Any], budget: int = BUDGET_S) -> tuple[list[str], list[str]]:
     """(the sections a call that names none runs, those left for a second call): ``SECTIONS`` in
-    order, each taken while the call's budgets stay within ``BUDGET_S``; an optional-only section
-    (the sweep) is taken at no cost (it runs only with its need left)."""
+    order, each taken while the call's budgets stay within ``budget`` (gpu.sh's ``BUDGET_S``); an
+    optional-only section (the sweep) is taken at no cost (it runs only with its need left)."""
     total, now, later = OVERHEAD_S, [], []
     for s in SECTIONS:
         cost = p["sections"].get(s, 0)
-        if total + cost <= BUDGET_S:
+        if total + cost <= budget:
             now.append(s)
             total += cost
         else:
@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seconds", type=float, default=3.0, help="timed seconds per throughput variant")
     ap.add_argument("--tests", default=" ".join(GPU_TESTS), help="the GPU test files (gpu.sh's GPU_TESTS)")
     ap.add_argument("--budget-of", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--call-budget", type=int, default=None, help=argparse.SUPPRESS)  # gpu.sh's BUDGET_S, if set
     args = ap.parse_args(argv)
     ops = dict(OPS_FALLBACK) if args.no_count else count_ops()
     tests = count_gpu_tests(tuple(args.tests.split()))
@@ -266,8 +267,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(p, indent=2) + "\n")
     if args.budget_of == "auto":  # gpu.sh without sections: those that fit, and the rest for later
-        now, later = call_sections(p)
-        print(f"BUDGET {call_budget(p, now)}")
+        now, later = call_sections(p, args.call_budget or BUDGET_S)
+        print(f"BUDGET {args.call_budget or call_budget(p, now)}")
         print(f"SECTIONS {' '.join(now)}")
         if later:
             print(f"LATER {' '.join(later)}")
