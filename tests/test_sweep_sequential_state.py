@@ -114,3 +114,21 @@ def test_runs_with_nothing_to_decide_take_the_first_looks_seeds_even_past_the_pr
     once = exp.once_cells()
     assert sorted((c.condition, c.seed) for c in once) == sorted(
         (c, s) for c in ("none", "qk_align_reg") for s in (11, 12, 1000))
+
+
+def test_a_difference_without_spread_is_not_decided_at_three_seeds_and_its_p_is_never_0():
+    """Δ = 0.1 in every seed (up to float rounding): the fixed path's sign-flip floor 2 · 2⁻ⁿ applies
+    at each look (0.25 at 3 seeds), not |t| = ∞ and p = 0; it is decided at the first look where the
+    floor is at or below the look's nominal level (10 seeds: 2 · 2⁻¹⁰ ≤ 0.016 at α = 0.05)."""
+    exp = make_experiment(replace(DEMO, conditions=("none", "freeze_q")), AutoSeeds(10, 0.05))
+    none = _values({})
+
+    def values(cell):
+        base = none(replace(cell, condition="none"))
+        return {m: v + (0.1 if cell.condition == "freeze_q" else 0.0) for m, v in base.items()}
+
+    state, trained, _, _ = _drive(exp, values, lambda c: False)
+    (q,) = state.claims
+    assert [s.p for s in q.stats] == pytest.approx([2 * 2.0 ** -n for n in (3, 5, 7, 10)])
+    assert q.level == 1 and q.look == 4 and len(q.seeds) == 10 and q.outcome == "as predicted"
+    assert q.p == pytest.approx(2 * 2.0 ** -10) and len(trained) == 4
