@@ -169,23 +169,18 @@ def sequential_note(c: dict) -> str:
     return f"{SEQUENTIAL_NOTE}{c.get('text')}" + (f" ({', '.join(where)})" if where else "")
 
 
-def _sequential_key(c: Claim) -> tuple[str, str] | None:
-    parts = c.id.split(".")
-    return (parts[1], parts[2]) if len(parts) == 3 and parts[0] == "interventions" else None
-
-
 def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
                     touched: set[str] | frozenset[str] = frozenset(),
-                    sequential: dict[tuple[str, str], dict] | None = None) -> list[ScorecardRow]:
+                    sequential: dict[str, dict] | None = None) -> list[ScorecardRow]:
     """Every scorecard row for one preset's analysis (module docstring).
 
     paper_scale: the preset is ``paper`` (adds the magnitude column); touched: stats sections that
-    an unreadable store file may have affected; sequential: (condition, metric) -> the decision of an
+    an unreadable store file may have affected; sequential: claim id -> the decision of an
     ``--seeds auto`` experiment of this preset (``sweep.report.sequential.decisions``).
     """
     claims = all_claims(an, paper_scale)
     tests = [unit_test(c.y, c, c.y_against) if c.reason is None else None for c in claims]
-    seq = {i: (sequential or {}).get(_sequential_key(c)) for i, c in enumerate(claims)}
+    seq = {i: (sequential or {}).get(c.id) for i, c in enumerate(claims)}
     seq = {i: d for i, d in seq.items() if d is not None and claims[i].reason is None}
     counted = [i for i, c in enumerate(claims) if not c.sanity and c.expect.sign != 0 and i not in seq]
     family = holm([tests[i].p if tests[i] is not None else None for i in counted])
@@ -379,7 +374,7 @@ class Scorecard:
 
     def compute(self, an: Analysis, preset: str | None, paper_scale: bool,
                 touched: set[str] | frozenset[str] = frozenset(),
-                sequential: dict[tuple[str, str], dict] | None = None) -> ScorecardResult:
+                sequential: dict[str, dict] | None = None) -> ScorecardResult:
         return ScorecardResult(build_scorecard(an, preset, paper_scale, touched, sequential), paper_scale)
 
     def markdown(self, rows: list[dict], paper_scale: bool) -> list[str]:
