@@ -375,6 +375,8 @@ class State:
     claims: list[ClaimState] = field(default_factory=list)
     units: dict[Unit, UnitState] = field(default_factory=dict)
     joint: list[ClaimState] = field(default_factory=list)
+    #: a baseline family's claims on each set of complete seeds (their runs no longer change)
+    cache: dict[tuple[int, ...], dict] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.claims = self.claims or [ClaimState() for _ in self.exp.claims]
@@ -466,7 +468,7 @@ def _look(claim: Claim, y, y_against) -> tuple[LookStat, LookStat | None, str | 
 def look_stats(exp: Experiment, state: State, outcomes: Outcomes, reached: int) -> None:
     """Each claim's statistic at each look its unit reached by look ``reached`` (in place)."""
     looks = exp.design.looks
-    cache: dict[tuple[int, ...], dict] = {}
+    cache = state.cache
     for c, s in zip(exp.claims, state.claims, strict=True):
         seeds = state.units[c.unit].pairs
         n_reached = sum(1 for n in looks[:reached] if n <= len(seeds))
