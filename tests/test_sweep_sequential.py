@@ -51,13 +51,18 @@ def test_bad_input_is_one_line_and_exit_2_before_ray(argv, words, tmp_path, caps
     assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
 
 
-def test_baseline_refuses_seeds_auto(tmp_path, capsys, no_ray):
+def test_baseline_checks_its_auto_flags_before_ray(tmp_path, capsys, no_ray):
     from sweep import baseline
 
-    with pytest.raises(SystemExit) as exit_:
-        baseline.main(["--preset", "smoke", "--seeds", "auto", "--store", str(tmp_path / "s")])
-    assert exit_.value.code == 2
-    assert "this sweep has none" in capsys.readouterr().err
+    for argv, words in ((["--seeds", "auto", "--max-seeds", "2"], "--max-seeds must be a whole number from 3"),
+                        (["--seeds", "auto", "--seed-list", "1,2,3"], "--seeds auto picks its own seeds"),
+                        (["--seeds", "2", "--alpha", "0.1"], "--alpha 0.1 is read only with --seeds auto")):
+        with pytest.raises(SystemExit) as exit_:
+            baseline.main(["--preset", "smoke", *argv, "--store", str(tmp_path / "s")])
+        assert exit_.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("python -m sweep.baseline: error: ") and words in line, line
+    assert not (tmp_path / "s").exists()
 
 
 def test_dry_run_prints_the_design_the_seeds_and_the_fixed_design_of_the_same_power(capsys, no_ray, tmp_path):
