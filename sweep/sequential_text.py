@@ -45,6 +45,7 @@ def plan_lines(exp: Experiment, fixed: FixedComparison) -> list[str]:
              f"all looks (two-sided group-sequential t-tests, Lan–DeMets Pocock-type spending; Holm-type: an open "
              f"claim is tested at α/(m − r), r = claims decided), at most {d.max_seeds} seeds a claim",
              *d.describe(),
+             *_joint_lines(exp),
              f"seeds in order: {', '.join(map(str, exp.seeds[:d.max_seeds]))} (the preset's but those that chose "
              f"its schedule, then {EXTRA_SEED_BASE}, {EXTRA_SEED_BASE + 1}, …); a lost seed is replaced by the next "
              f"({', '.join(map(str, exp.seeds[d.max_seeds:]))}); a claim that loses more than {exp.lost_limit} stops"]
@@ -59,6 +60,17 @@ def plan_lines(exp: Experiment, fixed: FixedComparison) -> list[str]:
     lines += [f"worst case without losses: {len(seen)} runs = {len(seen) * epochs} run-epochs",
               f"the fixed design of the same power: {fixed.describe()}: {runs} runs = {runs * epochs} run-epochs"]
     return lines
+
+
+def _joint_lines(exp: Experiment) -> list[str]:
+    """Where the other experiment of the family left it: its decisions start this one at α/(m − r)."""
+    if not exp.joint or exp.joint.later:
+        return []
+    r = sum(1 for c in exp.joint.claims if c.level)
+    m = exp.family_size
+    return [f"experiment {exp.joint.experiment} decided {r} of its {len(exp.joint.claims)} claims: this experiment's "
+            f"claims start at α/{m - r} (= {exp.design.alpha / (m - r):.4g}), and each decision here can decide its "
+            "undecided ones by the α it hands on"]
 
 
 def look_line(exp: Experiment, state: State, unit: Unit, round_: int) -> str:

@@ -6,6 +6,7 @@ round's runs from a synthetic store with planted effects (``sweep.synthetic.effe
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -124,3 +125,53 @@ def test_a_seed_is_one_unit_over_every_init_and_depth(tmp_path, capsys, fake):
     assert trained == [[11, 12, 13], [14]]  # 12 lost for every claim: the next seed, every run of it
     assert all(r.seeds == [11, 13, 14] and r.lost == [12] for r in frame.itertuples())
     assert frame.attrs["errored"]  # a run lost to an error: exit 1
+
+
+def test_one_family_over_both_sweeps(tmp_path, capsys, fake, monkeypatch):
+    """``sweep.demo --seeds auto``'s two experiments: the baseline first, its m_b claims and the
+    interventions' m_i open without data (levels α/(m_b + m_i)); the interventions start from the
+    baseline's decisions (r of them: α/(m − r)); the report takes each claim from the newest record."""
+    from test_sweep_sequential import _fake_run_sweep
+
+    from sweep.auto_flags import AutoSeeds
+    from sweep.options import TrialOptions
+    from sweep.presets import INTERVENTION_PRESETS
+    from sweep.report.sequential import decisions, load_records
+    from sweep.sequential import joint_experiments, run_auto
+    from sweep.sequential_record import read_record
+    from sweep.settings import SweepSettings
+
+    trained: list = []
+    base_fake = _fake(trained, STRONG)
+    iv_fake = _fake_run_sweep(trained, name="iv")
+    monkeypatch.setattr(runner, "run_sweep", lambda p, s: (base_fake if p.sweep == "baseline" else iv_fake)(p, s))
+    auto = AutoSeeds(5, 0.05)
+    b_preset = replace(DEMO, train=replace(DEMO.train, epochs=EPOCHS))
+    iv = replace(INTERVENTION_PRESETS["demo"], conditions=("none", "freeze_k", "freeze_q"))
+    trial = TrialOptions(str(tmp_path / "store"), str(tmp_path / "ray"))
+    names = ("bl", "iv")
+    first, second = joint_experiments(b_preset, iv, auto, names)
+    assert first.family_size == second.family_size == 15 + 4
+    with pytest.raises(SystemExit):  # the interventions need the baseline's finished record
+        from sweep.cli import run_cli
+
+        run_cli("x", [], lambda argv: None, lambda args: run_auto(iv, SweepSettings("iv", trial), auto, exp=second))
+    assert "which has not finished in this store: run it first" in capsys.readouterr().err
+    frame = run_auto(b_preset, SweepSettings("bl", trial), auto, exp=first)
+    out = capsys.readouterr().out
+    assert "sequential design: 15 claims and the 4 of experiment iv (after this one): one family of 19" in out
+    assert "look 1 of 2: n =  3 seeds, |t| ≥ " in out and "at α/19 = " in out
+    assert (frame["outcome"] == "as predicted").all()
+    record = read_record(Store(str(tmp_path / "store")), "bl")
+    _, second = joint_experiments(b_preset, iv, auto, names, first_record=record)
+    frame = run_auto(iv, SweepSettings("iv", trial), auto, exp=second)
+    out = capsys.readouterr().out
+    assert "15 claims of experiment bl (before this one): one family of 19" not in out
+    assert "sequential design: 4 claims and the 15 of experiment bl (before this one): one family of 19" in out
+    assert "experiment bl decided 15 of its 15 claims: this experiment's claims start at α/4 (= 0.0125)" in out
+    assert "16 of 19 claims decided; an open claim is now tested at α/3" in out
+    rec_iv = read_record(Store(str(tmp_path / "store")), "iv")
+    assert rec_iv["design"]["joint"]["experiment"] == "bl" and len(rec_iv["claims"]) == 19
+    got = decisions(load_records(str(tmp_path / "store")), "demo")
+    assert got["alignment.contrast"]["experiment"] == "bl" and got["interventions.freeze_k.qk_erank"]["experiment"] == "iv"
+    assert got["alignment.contrast"]["family_size"] == 19
