@@ -375,6 +375,21 @@ def run_family(x: np.ndarray, design: Design) -> FamilyOutcome:
     return FamilyOutcome(round_, level, look, sign)
 
 
+def run_timeline(reaches: list[np.ndarray], m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Holm-type procedure over a timeline of looks, each of which may belong to a different
+    experiment of one family (``sweep.demo --seeds auto``: the baseline's looks, then the
+    interventions'): ``reaches[e]`` [..., m] every claim's reach with the data seen by event e (a
+    claim of an experiment that has not started: 0; one that has finished: its final reach).
+    Returns (level [..., m], the 0-based event that rejected each claim, -1: never)."""
+    level = np.zeros(reaches[0].shape, int)
+    event = np.full(reaches[0].shape, -1)
+    for e, reach in enumerate(reaches):
+        new = holm_levels(reach, m, level)
+        event = np.where((level == 0) & (new > 0), e, event)
+        level = new
+    return level, event
+
+
 def fixed_power(effect: float, n: int, alpha: float) -> float:
     """Power of the fixed two-sided one-sample t-test with ``n`` seeds at standardised effect
     ``effect`` (noncentral t, ``scipy.stats.nct``)."""

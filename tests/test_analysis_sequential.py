@@ -25,6 +25,7 @@ from analysis.sequential import (
     naive_design,
     pocock_spending,
     run_family,
+    run_timeline,
     t_stats,
     zero_spread_t,
 )
@@ -224,3 +225,21 @@ def test_zero_spread_looks_take_the_sign_flip_floor_not_p_0():
     assert stat.p == 0.25 and stat.zero_spread and stat.sd == 0.0
     assert look_stat(np.zeros(4)).p == 1.0 and look_stat(np.full(4, 0.3), c=0.3).t == 0.0
     assert look_stat(np.array([1e9, 1e9 + 1.0, 1e9 + 2.0] * 16), c=0.0).p > 0.0  # underflow floored, never 0
+
+
+def test_one_family_over_two_experiments_run_one_after_the_other():
+    """``sweep.demo --seeds auto``: 15 baseline claims (3 on two statistics: x − the larger and x − the
+    smaller of two references) decided first, then 10 intervention claims sharing a control, one
+    Holm-type family of 25 (``run_timeline``): family-wise error ≤ α under the global null; two
+    experiments each at α exceed it."""
+    from bench.sequential_error import JOINT, joint_chunk
+
+    d = make_design(10, ALPHA, sum(JOINT))
+    out = joint_chunk(np.random.default_rng(38), EXPERIMENTS, d, (0.0, 0.0, 0), 0.0)
+    joint, separate = float(out["joint"].any(-1).mean()), float(out["separate"].any(-1).mean())
+    print(f"one family of 25 over two experiments: family-wise error {joint:.4f}; each at α: {separate:.4f}")
+    assert joint <= ALPHA + 2 * mc_error(ALPHA, EXPERIMENTS)
+    assert separate > ALPHA + 3 * mc_error(ALPHA, EXPERIMENTS)
+    timeline = [np.array([[0, 3, 0]]), np.array([[2, 3, 0]]), np.array([[2, 3, 1]])]  # the third claim comes last
+    level, event = run_timeline(timeline, 3)
+    assert level.tolist() == [[2, 3, 1]] and event.tolist() == [[1, 0, 2]]
