@@ -45,6 +45,7 @@ def plan_lines(exp: Experiment, fixed: FixedComparison) -> list[str]:
              f"all looks (two-sided group-sequential t-tests, Lan–DeMets Pocock-type spending; Holm-type: an open "
              f"claim is tested at α/(m − r), r = claims decided), at most {d.max_seeds} seeds a claim",
              *d.describe(),
+             *_against_lines(exp),
              *_joint_lines(exp),
              f"seeds in order: {', '.join(map(str, exp.seeds[:d.max_seeds]))} (the preset's but those that chose "
              f"its schedule, then {EXTRA_SEED_BASE}, {EXTRA_SEED_BASE + 1}, …); a lost seed is replaced by the next "
@@ -60,6 +61,16 @@ def plan_lines(exp: Experiment, fixed: FixedComparison) -> list[str]:
     lines += [f"worst case without losses: {len(seen)} runs = {len(seen) * epochs} run-epochs",
               f"the fixed design of the same power: {fixed.describe()}: {runs} runs = {runs * epochs} run-epochs"]
     return lines
+
+
+def _against_lines(exp: Experiment) -> list[str]:
+    """The claims on two statistics (the alignment gaps) and their one-sided boundaries."""
+    two = [c.id or c.metric for c in exp.claims if c.against]
+    if not two:
+        return []
+    m, up = exp.family_size, exp.design.upper
+    return [f"{', '.join(two)}: on two statistics (x − the larger and x − the smaller reference), each side a "
+            f"one-sided test at α/(2j): at the last look t ≥ {up[m - 1][-1]:.2f} at α/{m} … {up[0][-1]:.2f} at α"]
 
 
 def _joint_lines(exp: Experiment) -> list[str]:
