@@ -23,6 +23,13 @@ Printed, each on ``--experiments`` simulated experiments (Monte-Carlo error besi
   of α by claim counts without recycling; and the interventions' power when the baseline's claims
   have effects (α handed on) against the split.
 
+* the paper preset (``sweep.baseline --preset paper --seeds auto``): its 15 baseline claims, the
+  four whose effect the paper's Table 3 gives at that effect (``bench.verdicts.PAPER_EFFECTS``,
+  per-seed standardised; the alignment gaps on two statistics) and the other 11 null (no α handed
+  on by them): each claim's power and expected seeds at ``--max-seeds`` 10 and 20, alone and as one
+  family with the 10 intervention claims, against the fixed 4 seeds with Holm over the scorecard's
+  25 counted claims (``bench.verdicts``' power, the same per-seed simulation).
+
 Seconds (``--tiny``: a fraction of one). ``ratio``: the normal family-wise error over α (target:
 ≤ 1 within 2 Monte-Carlo errors).
 """
@@ -199,6 +206,78 @@ def report_joint(r: dict[str, Any]) -> None:
                   f"{extra}")
 
 
+#: The paper preset's four claims with an effect the paper's Table 3 gives (per-seed standardised,
+#: as ``bench.verdicts`` reads them), and whether each is tested on two statistics (a gap).
+PAPER_CLAIMS = (("alignment.contrast", 4.489, False), ("alignment.final.independent_xavier", (0.1895 - 0.0498) / 0.0227,
+                                                         False),
+                ("alignment.gap.L4", 0.143 / 0.0950, True), ("alignment.gap.L8", 0.314 / 0.0950, True))
+#: The paper preset's baseline family: 15 claims, 3 of them gaps (L4, L6, L8); its scorecard counts 25.
+PAPER_FAMILY, PAPER_GAPS, PAPER_COUNTED, PAPER_FIXED_SEEDS = 15, 3, 25, 4
+#: sd of x − the larger of two references over that of x − …: 1 + var(max of 2 normals) = 1.6817
+GAP_SD = math.sqrt(2.0 - 1.0 / math.pi)
+
+
+def _paper_values(rng, experiments: int, n: int, rho: float = 0.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-seed statistics [E, 15, n] of the paper's baseline family (the PAPER_CLAIMS first, then 11
+    null; the gaps L4, L8 and the null L6 at 2, 3, 4 on two statistics): unit variance, a shared
+    seed part (correlation ``rho``); (y, y_against of the gaps [E, 3, n], which gaps)."""
+    shared = rng.standard_normal((experiments, 1, n))
+    y = math.sqrt(rho) * shared + math.sqrt(1 - rho) * rng.standard_normal((experiments, PAPER_FAMILY, n))
+    y[:, : len(PAPER_CLAIMS)] += np.array([d for _, d, _ in PAPER_CLAIMS])[None, :, None]
+    gaps = [2, 3, 4]  # gap L4, gap L8, a null gap L6
+    spread = np.abs(rng.standard_normal((experiments, 3, n)) - rng.standard_normal((experiments, 3, n))) / GAP_SD
+    return y, y[:, gaps] + spread, np.array(gaps)
+
+
+def measure_paper(experiments: int, alpha: float, maxima: tuple[int, ...] = (10, 20)) -> dict[str, Any]:
+    """The paper preset's baseline family under ``--seeds auto`` against the fixed 4 seeds (docstring)."""
+    from bench.verdicts import holm_decided, t_pvalues
+
+    rng = np.random.default_rng(SEED + 2)
+    out: dict[str, Any] = {"experiments": experiments, "alpha": alpha, "rows": [], "maxima": list(maxima)}
+    for max_seeds in maxima:
+        for m in (PAPER_FAMILY, PAPER_COUNTED):
+            design = make_design(max_seeds, alpha, m)
+            y, ya, gaps = _paper_values(rng, experiments, max_seeds)
+            t, ta = t_stats(y, design.looks), t_stats(ya, design.looks)
+            plain = [i for i in range(PAPER_FAMILY) if i not in gaps]
+            reaches = []
+            for k in range(design.n_looks):
+                r = np.zeros((experiments, m), int)  # the intervention claims (m = 25): no data, null
+                r[:, plain] = crossing_level(t[:, plain, : k + 1], design)
+                r[:, gaps] = against_reach(t[:, gaps, : k + 1], ta[..., : k + 1], 1, design)
+                reaches.append(r)
+            level, event = run_timeline(reaches, m)
+            looks = np.asarray(design.looks)
+            for i, (cid, d, _) in enumerate(PAPER_CLAIMS):
+                hit = level[:, i] > 0
+                seeds = np.where(hit, looks[np.maximum(event[:, i], 0)], max_seeds)
+                out["rows"].append({"claim": cid, "d": d, "max_seeds": max_seeds, "family": m,
+                                    "power": float(hit.mean()), "expected_seeds": float(seeds.mean()),
+                                    "seeds_if_decided": float(seeds[hit].mean()) if hit.any() else None})
+    fixed = np.zeros((experiments, PAPER_COUNTED, PAPER_FIXED_SEEDS))
+    fixed[:, :PAPER_FAMILY] = _paper_values(rng, experiments, PAPER_FIXED_SEEDS)[0]
+    fixed[:, PAPER_FAMILY:] = rng.standard_normal((experiments, PAPER_COUNTED - PAPER_FAMILY, PAPER_FIXED_SEEDS))
+    p, sign = t_pvalues(fixed)
+    decided = holm_decided(p, alpha) & (sign > 0)
+    out["fixed"] = [{"claim": cid, "d": d, "seeds": PAPER_FIXED_SEEDS, "family": PAPER_COUNTED,
+                     "power": float(decided[:, i].mean())} for i, (cid, d, _) in enumerate(PAPER_CLAIMS)]
+    return out
+
+
+def report_paper(r: dict[str, Any]) -> None:
+    print(f"the paper preset's baseline under --seeds auto ({r['experiments']} experiments; the 4 claims with the "
+          f"paper's effect, the other 11 null): power / E[seeds] (seeds when decided)")
+    fixed = {row["claim"]: row["power"] for row in r["fixed"]}
+    head = "".join(f"{f'max {n}, m {m}':>24}" for n in r["maxima"] for m in (PAPER_FAMILY, PAPER_COUNTED))
+    print(f"  {'claim':<36}{'d':>6}{'fixed 4 seeds, Holm 25':>24}{head}")
+    for cid, d, _ in PAPER_CLAIMS:
+        cells = [row for row in r["rows"] if row["claim"] == cid]
+        text = "".join(f"{row['power']:>9.3f} / {row['expected_seeds']:5.2f} ({row['seeds_if_decided'] or 0:4.1f})"
+                       for row in cells)
+        print(f"  {cid:<36}{d:>6.2f}{fixed[cid]:>24.3f}{text}")
+
+
 def report(r: dict[str, Any]) -> None:
     a, mc = r["alpha"], r["mc_error"]
     print(f"family: {r['claims']} claims sharing one control, looks {r['looks']}, family-wise α {a}; "
@@ -236,6 +315,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report(r)
     r["joint"] = measure_joint(experiments, args.max_seeds, args.alpha)
     report_joint(r["joint"])
+    r["paper"] = measure_paper(experiments, args.alpha, (10,) if args.tiny else (10, 20))
+    report_paper(r["paper"])
     r["wall_s"] = time.perf_counter() - t0
     normal = max(r["null"][0]["family_wise"], r["joint"]["rows"][0]["joint"])
     out: dict[str, Any] = {"benchmark": "sequential_error", "results": r, "machine": machine(),
