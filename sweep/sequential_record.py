@@ -155,14 +155,16 @@ def check_overlap(records: dict[str, dict[str, Any]], exp: Experiment, name: str
         shared = [r for r in rows if row_key(r) in mine]
         common = sorted(seeds & set(design.get("seeds") or rec.get("seeds") or []), key=exp.seeds.index)
         if shared and common:
+            how = (f"continue it with python -m sweep.demo --seeds auto (its sweeps are one family with "
+                   f"experiment {design['joint'].get('experiment')})" if design.get("joint")
+                   else f"continue it with --name {other}")
             what = ", ".join(sorted({str(r.get("id") or f"{r.get('condition')} {r.get('metric')}") for r in shared})[:3])
             more = f" and {len(shared) - 3} more" if len(shared) > 3 else ""
             raise UsageError(
                 f"--seeds auto: experiment {name} would decide {len(shared)} claims ({what}{more}) that experiment "
                 f"{other} ({folder}/{file}.json) already decides on the same seeds ({', '.join(map(str, common[:5]))}"
-                f"{', …' if len(common) > 5 else ''}): one experiment's seeds are decided by one design; continue "
-                f"it with --name {other}, decide other claims (--conditions/--strengths/--inits/--depths), or use "
-                "another --store")
+                f"{', …' if len(common) > 5 else ''}): one experiment's seeds are decided by one design; {how}, "
+                "decide other claims (--conditions/--strengths/--inits/--depths), or use another --store")
 
 
 def _stat(x: LookStat | None) -> dict[str, Any] | None:

@@ -175,3 +175,8 @@ def test_one_family_over_both_sweeps(tmp_path, capsys, fake, monkeypatch):
     got = decisions(load_records(str(tmp_path / "store")), "demo")
     assert got["alignment.contrast"]["experiment"] == "bl" and got["interventions.freeze_k.qk_erank"]["experiment"] == "iv"
     assert got["alignment.contrast"]["family_size"] == 19
+    with pytest.raises(SystemExit) as exit_:  # the baseline alone, under another name: its claims are decided
+        baseline.main(_argv(tmp_path, "--max-seeds", "5", name="alone"))
+    assert exit_.value.code == 2
+    assert "continue it with python -m sweep.demo --seeds auto (its sweeps are one family with experiment iv)" in \
+        capsys.readouterr().err
