@@ -402,7 +402,8 @@ class State:
 
 def _joint_state(exp: Experiment, c: JointClaim) -> ClaimState:
     """A joint claim as the other experiment left it (its level, and its decision when it had one)."""
-    s = ClaimState(level=c.level, stats=c.stats, against_stats=c.against_stats)
+    s = ClaimState(level=c.level, stats=c.stats, against_stats=c.against_stats, look=len(c.stats),
+                   seeds=tuple(c.row.get("seeds") or ()), p=c.row.get("p"))
     if c.level:
         _decide(s, bool(c.row.get("against")), 1 if c.row.get("predicted") == "+" else -1, exp.design,
                 tuple(c.row.get("seeds") or ()), c.row.get("round"))

@@ -136,7 +136,8 @@ def test_a_difference_without_spread_is_not_decided_at_three_seeds_and_its_p_is_
 
 def test_decisions_of_the_second_experiment_hand_their_alpha_to_the_firsts_undecided_claims():
     """One family over two experiments (SPEC §8): a claim the first left undecided, whose path crossed
-    the α/1 boundaries but not α/4's, is decided once the second decides its 3 claims (r = 3)."""
+    the α/1 boundaries but not α/2's, is decided once the second decides its 3 claims (r = 3 of 5);
+    another, still undecided, keeps an interval at the level it ended at."""
     from scipy import stats as sps
 
     from analysis.sequential import LookStat
@@ -146,19 +147,25 @@ def test_decisions_of_the_second_experiment_hand_their_alpha_to_the_firsts_undec
 
     iv = replace(DEMO, conditions=("none", "forced_k_contraction"))
     probe = make(iv, AutoSeeds(10, 0.05), Joint("bl", (JointClaim({}),), False))
-    c1, c4 = probe.design.table[0, 3], probe.design.table[3, 3]
-    t = (c1 + c4) / 2  # crosses at α/1, not at α/4: undecided while r < 3
+    c1, c2, c3 = probe.design.table[0, 3], probe.design.table[1, 3], probe.design.table[2, 3]
+    t = (c2 + c3) / 2  # crosses at α/2, not at α/3: undecided while r < 3 of m = 5
     stats = tuple(LookStat(n, 0.1, 0.1, 0.5, 0.6) for n in (3, 5, 7)) + (
         LookStat(10, t * 0.1 / np.sqrt(10), 0.1, t, float(2 * sps.t.sf(t, 9))),)
     row = {"id": "alignment.contrast", "kind": "baseline", "metric": "alignment.contrast", "predicted": "+",
            "against": False, "fisher": False, "seeds": list(range(10)), "experiment": "bl", "outcome": "undecided"}
-    exp = make(iv, AutoSeeds(10, 0.05), Joint("bl", (JointClaim(row, stats),), False))
-    assert exp.family_size == 4
+    flat = tuple(LookStat(n, 0.01, 0.1, 0.01 * np.sqrt(n) / 0.1, 0.9) for n in (3, 5, 7, 10))
+    other = {**row, "id": "slopes.pr_k", "metric": "slopes.pr_k", "predicted": "-", "p": 0.9}
+    exp = make(iv, AutoSeeds(10, 0.05), Joint("bl", (JointClaim(row, stats), JointClaim(other, flat)), False))
+    assert exp.family_size == 5
     state, trained, _, _ = _drive(exp, _values({"forced_k_contraction": 40.0}), lambda c: False)
     assert all(s.level for s in state.claims) and len(trained) == 1  # decided at the first look
-    (b,) = state.joint
-    assert b.level == 1 and b.decided_in == "here" and b.outcome == "as predicted" and b.look == 4
-    (joint_row,) = [r for r in claim_rows(exp, state, True, "iv") if r["id"] == "alignment.contrast"]
+    b, flat_state = state.joint
+    assert b.level == 2 and b.decided_in == "here" and b.outcome == "as predicted" and b.look == 4
+    rows = {r["id"]: r for r in claim_rows(exp, state, True, "iv")}
+    joint_row = rows["alignment.contrast"]
     assert joint_row["decided_in"] == "iv" and joint_row["experiment"] == "bl" and joint_row["n"] == 10
     assert "by the α experiment iv's decisions handed on" in joint_row["text"]
-    assert joint_row["ci_adj_low"] > 0 and joint_row["boundary"] == pytest.approx(c1)
+    assert joint_row["ci_adj_low"] > 0 and joint_row["boundary"] == pytest.approx(probe.design.table[1, 3])
+    # still undecided: its interval at the level it ended at (α/1, the last open claim) holds 0
+    assert flat_state.level == 0 and rows["slopes.pr_k"]["boundary"] == pytest.approx(c1)
+    assert rows["slopes.pr_k"]["ci_adj_low"] < 0 < rows["slopes.pr_k"]["ci_adj_high"]
