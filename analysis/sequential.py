@@ -32,6 +32,14 @@ predicted* when T has the predicted sign at its first crossing at the rejecting 
 *against the prediction*; a claim never rejected is undecided.
 ``tests/test_analysis_sequential.py`` and ``bench/sequential_error.py`` check it by simulation.
 
+A look whose values have no spread gets the fixed path's rule (``analysis.inference.t_test``): the
+sign-flip p ``2 · 2⁻ⁿ`` (1 when every value is the null), as the |t| with that p (``zero_spread_t``),
+never |t| = ∞ and p = 0. A claim tested on two statistics (``against_reach``: the predicted side on
+x − the largest reference, the reversal on x − the smallest) uses one-sided boundaries at α/(2j)
+per side (``Design.upper``, the same simulation). ``run_timeline`` runs the procedure over looks
+of several experiments of one family (``sweep.demo --seeds auto``: the baseline's, then the
+interventions').
+
 Why Pocock-type: it spends ≈ 0.42 a at n = 3 of 10, so a strong effect can stop at the first look;
 O'Brien–Fleming-type spending leaves ≈ 0.0003 α there, a t of ≈ 54 with 2 degrees of freedom.
 """
