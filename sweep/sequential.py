@@ -204,7 +204,8 @@ def run_auto(preset: Preset, settings, auto: AutoSeeds, exp: Experiment | None =
         record, others = None, {}
         say(f"(the record {where} could not be read: the real command checks its design)")
     check_design(record, exp, name, where, new_design)
-    check_overlap(others, exp, name, where.rsplit("/", 1)[0])
+    if record is None:  # a new experiment (an existing one passed this check when it began)
+        check_overlap(others, exp, name, where.rsplit("/", 1)[0])
     if exp.joint and not exp.joint.later and not settings.dry_run:
         first = others.get(exp.joint.experiment)
         if first is None or not first.get("finished"):
