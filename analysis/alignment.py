@@ -158,7 +158,8 @@ def sentence(a: AlignmentResult) -> str:
         text += (
             f" Welch t = {a.welch_t:.2f}, p = {fmt_p(a.welch_p)}, Hedges' g = {fmt(a.hedges_g, '.2f')}"
             f" ({' + '.join(map(vocab.init_label, vocab.coupled_inits()))} n = {a.n_coupled}"
-            f" vs uncoupled n = {a.n_uncoupled})."
+            f" vs uncoupled n = {a.n_uncoupled}; runs as units, the paper's statistic: descriptive — runs of"
+            " one seed share it, so the scorecard tests over seeds)."
         )
     if a.gap_by_depth:
         text += (

@@ -9,7 +9,7 @@ import pandas as pd
 
 from analysis import claims
 from analysis import vocabulary as vocab
-from analysis.frames import baseline, collapse_end
+from analysis.frames import baseline, post_collapse_start
 from analysis.primitives import Correlation, fmt, fmt_p, to_jsonable
 from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 from analysis.slopes import run_slopes, trace_slopes
@@ -42,12 +42,11 @@ def bridge_quantities(slopes: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def bridge_points(layers: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def bridge_points(layers: pd.DataFrame, start: int | None) -> dict[str, pd.DataFrame]:
     """The bridge quantities per uncoupled seed-averaged cell and per uncoupled run trajectory, over
-    every logged epoch and over the post-collapse window of the whole baseline (SPEC §8)."""
+    every logged epoch and over the post-collapse window from epoch ``start`` (SPEC §8)."""
     metrics = [m for m, _ in BRIDGE_QUANTITIES.values()]
     base = baseline(layers)
-    start = collapse_end(base)
     unc = base[base["init"].isin(vocab.uncoupled_inits())]
     return {
         "seed_averaged": bridge_quantities(trace_slopes(unc, metrics, start)),
@@ -70,21 +69,25 @@ class BridgeResult(Result):
     seed_averaged_post: Pairs | None = None
     per_seed_post: Pairs | None = None
     collapse_end: int | None = None
+    collapse_source: str = ""
+    collapse_fixed: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {"bridge": to_jsonable({"seed_averaged": self.seed_averaged, "per_seed": self.per_seed}),
                 "bridge_post_collapse": to_jsonable({"collapse_end": self.collapse_end,
                                                      "seed_averaged": self.seed_averaged_post,
-                                                     "per_seed": self.per_seed_post})}
+                                                     "per_seed": self.per_seed_post,
+                                                     "source": self.collapse_source,
+                                                     "fixed_before_the_data": self.collapse_fixed})}
 
 
-def compute_bridge(layers: pd.DataFrame) -> Computed[BridgeResult]:
+def compute_bridge(layers: pd.DataFrame, window=None) -> Computed[BridgeResult]:
     """Figure 3: Pearson r, p, n of the three bridge pairs, seed-averaged and per seed."""
     base = baseline(layers)
     if base.empty or not base["init"].isin(vocab.uncoupled_inits()).any():
         return Computed(None, {"bridge": "no uncoupled baseline runs in the store"})
-    pts = bridge_points(layers)
-    start = collapse_end(base)
+    start, source, fixed = post_collapse_start(base, window)
+    pts = bridge_points(layers, start)
     out: dict[str, Pairs | None] = {}
     missing: dict[str, str] = {}
     for level, frame in pts.items():
@@ -102,7 +105,7 @@ def compute_bridge(layers: pd.DataFrame) -> Computed[BridgeResult]:
                 if pairs[key].r is None and not suffix:
                     missing[f"bridge.{level}.{key}"] = pairs[key].note or "undefined"
             out[f"{level}{suffix}"] = pairs
-    return Computed(BridgeResult(**out, collapse_end=start), missing, pts)
+    return Computed(BridgeResult(**out, collapse_end=start, collapse_source=source, collapse_fixed=fixed), missing, pts)
 
 
 def table(b: BridgeResult) -> pd.DataFrame:
@@ -132,8 +135,8 @@ def sentence(b: BridgeResult) -> str:
         out.append(f"Over {n} {name}: " + "; ".join(rs) + ".")
     if b.seed_averaged_post:
         rs = [f"{fmt(d.r)}" for d in b.seed_averaged_post.values()]
-        out.append(f"Over the post-collapse window (epochs ≥ {b.collapse_end}, SPEC §8) the seed-averaged "
-                   f"r are {', '.join(rs)}: whether the correlations rest on the first epochs.")
+        out.append(f"Over the post-collapse window (epochs ≥ {b.collapse_end}, {b.collapse_source}; SPEC §8) "
+                   f"the seed-averaged r are {', '.join(rs)}: whether the correlations rest on the first epochs.")
     out.append("The p-values treat cells (or trajectories) as independent, which seeds are not: they are "
                "descriptive; the scorecard tests each correlation with the seed as the unit.")
     return " ".join(out)
@@ -150,7 +153,7 @@ class Bridge(Section[BridgeResult]):
                       "with OLS lines", "sweep.report.figures:fig3_bridge"),)
 
     def compute(self, data: Inputs) -> Computed[BridgeResult]:
-        return compute_bridge(data.layers)
+        return compute_bridge(data.layers, data.window)
 
     def tables(self, result: BridgeResult) -> dict[str, pd.DataFrame | None]:
         return {"bridge": table(result)}

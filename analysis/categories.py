@@ -36,16 +36,50 @@ class DepthCategories:
     late: CategoryMeans | None = field(default=None, metadata=OMIT_NONE)
 
 
+#: The within-model contrasts: (the category above, the one below).
+CONTRASTS: tuple[tuple[str, str], ...] = (("late", "mid"), ("early", "mid"))
+
+
+@dataclass
+class Contrast:
+    """One metric's ``hi`` − ``lo`` contrast inside each model (SPEC §8): the mean over runs at each
+    depth that has both categories, and their equal-weight mean over those depths."""
+
+    by_depth: dict[str, float | None]
+    mean: float | None
+    n_runs: int
+
+
 @dataclass
 class CategoriesResult(Result):
-    """Final geometry per layer category, over all depths and per depth."""
+    """Final geometry per layer category, over all depths and per depth, and the contrasts within models."""
 
-    overall: dict[str, CategoryMeans]  # stats.json "layer_categories": category -> means
+    overall: dict[str, CategoryMeans]  # stats.json "layer_categories": category -> means (pooled: descriptive)
     by_depth: dict[str, DepthCategories]  # stats.json "layer_categories_by_depth"
+    #: stats.json "layer_categories_within": "late_mid" / "early_mid" -> metric -> contrast
+    within: dict[str, dict[str, Contrast]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {"layer_categories": to_jsonable(self.overall),
-                "layer_categories_by_depth": to_jsonable(self.by_depth)}
+                "layer_categories_by_depth": to_jsonable(self.by_depth),
+                "layer_categories_within": to_jsonable(self.within)}
+
+
+def contrasts(fin: pd.DataFrame) -> dict[str, dict[str, Contrast]]:
+    """Each metric's contrasts within models (``CONTRASTS``), per depth and averaged over depths."""
+    out: dict[str, dict[str, Contrast]] = {}
+    for hi, lo in CONTRASTS:
+        for m in CATEGORY_METRICS:
+            g = fin.groupby(["run_id", "depth", "category"], observed=True)[m].mean().unstack("category")
+            if hi not in g or lo not in g:
+                continue
+            run = (g[hi] - g[lo]).dropna()
+            if run.empty:
+                continue
+            per_depth = run.groupby(level="depth").mean()
+            out.setdefault(f"{hi}_{lo}", {})[m] = Contrast({str(int(d)): num(v) for d, v in per_depth.items()},
+                                                           num(per_depth.mean()), int(len(run)))
+    return out
 
 
 def _means(means: pd.DataFrame, counts: pd.Series, at) -> CategoryMeans:
@@ -80,7 +114,7 @@ def compute_categories(layers: pd.DataFrame) -> Computed[CategoriesResult]:
         missing["layer_categories." + "/".join(absent)] = (
             "no layers fall in this category at the depths present"
         )
-    return Computed(CategoriesResult(overall, by_depth), missing, {"final_layers": fin})
+    return Computed(CategoriesResult(overall, by_depth, contrasts(fin)), missing, {"final_layers": fin})
 
 
 def table(lc: CategoriesResult) -> pd.DataFrame:
@@ -96,15 +130,40 @@ def table(lc: CategoriesResult) -> pd.DataFrame:
     return df[["depth", "k", "category", "n", *CATEGORY_METRICS]]
 
 
+def contrast_table(lc: CategoriesResult) -> pd.DataFrame | None:
+    """The contrasts within models: per pair and metric, each depth's mean over runs and the
+    equal-weight mean over depths (the scorecard's statistic, averaged over seeds)."""
+    rows = [{"contrast": pair.replace("_", " − "), "metric": m, "depth": d, "mean": v, "n_runs": c.n_runs}
+            for pair, metrics in lc.within.items() for m, c in metrics.items()
+            for d, v in [*c.by_depth.items(), ("equal-weight mean", c.mean)]]
+    return pd.DataFrame(rows) if rows else None
+
+
 def sentence(result: CategoriesResult) -> str:
-    """Where the lowest entropy, the lowest QKᵀ rank and the largest PR_Q are."""
+    """The contrasts within models, then where the lowest entropy, the lowest QKᵀ rank and the
+    largest PR_Q are in the rows pooled over depths (descriptive: a depth effect mixes into them)."""
+    within = []
+    for pair, metrics in result.within.items():
+        hi, lo = pair.split("_")
+        for m, c in metrics.items():
+            depths = ", ".join(f"{d} layers {fmt(v)}" for d, v in c.by_depth.items())
+            within.append(f"{m} {hi} − {lo} {fmt(c.mean)} ({depths})")
+    head = ("Within each model (the layers of one run, then averaged over the depths that have both "
+            "categories, each depth weighted equally; the scorecard tests these per seed): "
+            + "; ".join(within) + ". ") if within else (
+            "No model has layers of two categories (k = round(L/3): both need L >= 3); ")
+    return head + "Pooled over depths (descriptive: each depth weighs by its layers in each category, so a depth " \
+        "effect mixes in): " + _pooled(result)
+
+
+def _pooled(result: CategoriesResult) -> str:
     lc = result.overall
     cats = [c for c in CATEGORIES if c in lc]
     lo_h = min(cats, key=lambda c: lc[c].attn_entropy if lc[c].attn_entropy is not None else 1e9)
     lo_e = min(cats, key=lambda c: lc[c].qk_erank if lc[c].qk_erank is not None else 1e9)
     hi_q = max(cats, key=lambda c: lc[c].pr_q if lc[c].pr_q is not None else -1e9)
     return (
-        f"The lowest final attention entropy is in the {lo_h} layers ({fmt(lc[lo_h].attn_entropy)} nats, "
+        f"the lowest final attention entropy is in the {lo_h} layers ({fmt(lc[lo_h].attn_entropy)} nats, "
         f"top-1 {fmt(lc[lo_h].attn_top1)}), the lowest QKᵀ effective rank in the {lo_e} layers "
         f"({fmt(lc[lo_e].qk_erank, '.2f')}), and the largest PR_Q in the {hi_q} layers "
         f"({fmt(lc[hi_q].pr_q, '.2f')} dims)."
@@ -117,13 +176,13 @@ class Categories(Section[CategoriesResult]):
     name = "layer_categories"
     heading = "Layer categories (final epoch)"
     reads = ("baseline",)
-    table_names = ("layer_categories",)
+    table_names = ("layer_categories", "layer_category_contrasts")
 
     def compute(self, data: Inputs) -> Computed[CategoriesResult]:
         return compute_categories(data.layers)
 
     def tables(self, result: CategoriesResult) -> dict[str, pd.DataFrame | None]:
-        return {"layer_categories": table(result)}
+        return {"layer_categories": table(result), "layer_category_contrasts": contrast_table(result)}
 
     def prose(self, result: CategoriesResult) -> list[str]:
         return [sentence(result)]

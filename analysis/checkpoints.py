@@ -11,6 +11,7 @@ from analysis import claims
 from analysis.frames import group_slopes
 from analysis.primitives import OMIT_NONE, num, pearson, to_jsonable
 from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
+from metrics.columns import CHECKPOINT_SETTINGS
 
 
 @dataclass
@@ -40,6 +41,9 @@ class CheckpointsResult(Result):
     link_recurs_series: int
     failed_revisions: int | None = field(default=None, metadata=OMIT_NONE)
     duplicate_revisions: dict[str, str] | None = field(default=None, metadata=OMIT_NONE)  # "series@rev" -> original
+    #: the probe settings of the ok rows (SPEC §7 "Probe settings"), one description per distinct set, with
+    #: its series; None when no row records them (stores written before they were stored)
+    probe_settings: list[str] | None = field(default=None, metadata=OMIT_NONE)
 
 
 def checkpoint_revision_means(checkpoints: pd.DataFrame) -> pd.DataFrame:
@@ -119,10 +123,29 @@ def compute_checkpoints(checkpoints: pd.DataFrame) -> Computed[CheckpointsResult
         dup = dup.drop_duplicates(["series", "revision"])
         out.duplicate_revisions = {f"{r.series}@{r.revision}": r.status.split(":", 1)[1]
                                    for r in dup.itertuples()}
+    out.probe_settings = probe_settings(ck)
     missing = {}
     if not fitted:
         missing["checkpoints.slopes"] = "no checkpoint series has >= 3 ok revisions"
     return Computed(out, missing, {"checkpoint_revisions": revs})
+
+
+def probe_settings(ok: pd.DataFrame) -> list[str] | None:
+    """One description of each distinct probe setting among ``ok`` rows, with the series probed so
+    (``--n-seqs`` × ``--seq-len`` tokens, the probe text's sha256, transformers' version); rows without
+    them are "not recorded". None when no row records them."""
+    if not set(CHECKPOINT_SETTINGS) <= set(ok.columns) or ok[list(CHECKPOINT_SETTINGS)].isna().all().all():
+        return None
+    out: dict[str, list[str]] = {}
+    for row in ok.drop_duplicates(["series", *CHECKPOINT_SETTINGS]).itertuples(index=False):
+        n, t, sha, version = (getattr(row, c) for c in CHECKPOINT_SETTINGS)
+        recorded = not any(pd.isna(v) for v in (n, t, sha, version))
+        what = (f"{int(n)} sequences × {int(t)} tokens of a text with sha256 {str(sha)[:12]}…, transformers {version}"
+                if recorded else "settings not recorded")
+        series = out.setdefault(what, [])
+        if row.series not in series:
+            series.append(str(row.series))
+    return [f"{what} ({', '.join(sorted(series))})" for what, series in out.items()]
 
 
 def table(c: CheckpointsResult) -> pd.DataFrame | None:
@@ -150,6 +173,13 @@ def sentence(c: CheckpointsResult) -> str:
         f"{c.n_fitted_series} series with ≥ 3 revisions; the pr_k → qk_erank → attn_entropy link "
         f"(both correlations positive) recurs in {c.link_recurs_series} of them."
     )
+    if c.probe_settings and len(c.probe_settings) == 1:
+        text += f" Probed with {c.probe_settings[0].rsplit(' (', 1)[0]}."
+    elif c.probe_settings:
+        text += (f" The rows were probed under {len(c.probe_settings)} different settings, whose values are not "
+                 f"comparable: {'; '.join(c.probe_settings)}.")
+    else:
+        text += " The probe settings are not recorded (rows written before they were stored)."
     if c.duplicate_revisions:
         pairs = ", ".join(f"{rev} (= {orig})" for rev, orig in sorted(c.duplicate_revisions.items()))
         text += (f" Left out of these fits: {len(c.duplicate_revisions)} revision(s) serving the same "

@@ -11,8 +11,18 @@ import numpy as np
 import pandas as pd
 
 from analysis import vocabulary as vocab
+from analysis.losses import Arm
 from analysis.reference import PAPER_REFERENCE, PAPER_TEXT, PAPER_VALUE
-from analysis.units import Reducer, cell_mean, column, count_runs, pearson_rows, pivot
+from analysis.units import (
+    Reducer,
+    cell_mean,
+    column,
+    count_runs,
+    pearson_rows,
+    pivot,
+    pivot_many,
+    pivot_units,
+)
 from interventions import PAPER_CONDITIONS
 from model.qk_init import PAPER_INITS, QK_INITS
 
@@ -85,10 +95,31 @@ class Claim:
     kind: str = ""
     #: the same statistic over the post-collapse window (SPEC §8), per unit: a sensitivity column
     post: np.ndarray | None = None
+    #: that window was fixed before the data (the preset's e_c); else chosen on these runs: shown, not tested
+    post_fixed: bool = False
     #: for a claim against the larger of several inits (``y`` = x − max over them): x − the smaller,
     #: per unit [n]. A reversal is decided on it, so that "reversed" means below every one of them
     #: (SPEC §8: under no effect x − max has a negative mean and would read as reversed)
     y_against: np.ndarray | None = None
+    #: the per-unit quantity the row names, when the test is bracketed (``y`` and ``y_against``) and
+    #: neither bracket is it (the gap's growth: the paper's x − max at both depths); default ``y``
+    shown: np.ndarray | None = None
+    #: the units' labels (seed numbers, series names), in the order of ``y``, where known
+    ids: tuple | None = None
+    #: the arms whose runs the statistic needs (``analysis.losses``): their lost runs are shown
+    arms: tuple[Arm, ...] = ()
+
+
+def baseline_arms(inits, depths=None) -> tuple[Arm, ...]:
+    """One arm per init of the baseline (at ``depths``, default all)."""
+    where = {"sweep": ("baseline",)} | ({"depth": tuple(depths)} if depths is not None else {})
+    return tuple(Arm(i, where | {"init": (i,)}) for i in inits)
+
+
+def intervention_arms(condition: str, inits) -> tuple[Arm, ...]:
+    """The condition's runs and their matched ``none`` runs (the intervention sweep, ``inits``)."""
+    where = {"sweep": ("interventions",), "init": tuple(inits)}
+    return Arm(condition, where | {"condition": (condition,)}), Arm("matched none", where | {"condition": ("none",)})
 
 
 #: The kinds of quantity a scorecard row compares (the first word of ``Claim.kind``).
@@ -128,11 +159,11 @@ def alignment_claims(an: Analysis) -> list[Claim]:
         return [Claim(i, "alignment", c, p, e, reason=why, sanity=s,
                       kind=_ALIGN_KIND.get(i.split(".")[1], CHANGE_ALIGN)) for i, c, p, e, s in specs]
 
-    def by_seed_init(frame: pd.DataFrame) -> tuple[np.ndarray, list]:
-        return pivot(frame, "seed", ["init"], "qk_alignment")
+    def by_seed_init(frame: pd.DataFrame) -> tuple[np.ndarray, list, tuple]:
+        return pivot_units(frame, "seed", ["init"], "qk_alignment")
 
-    xf, cf = by_seed_init(fin)
-    xi, ci = by_seed_init(ini)
+    xf, cf, ids_f = by_seed_init(fin)
+    xi, ci, ids_i = by_seed_init(ini)
     seeds_f = sorted(fin["seed"].unique())
     seeds_i = sorted(ini["seed"].unique())
 
@@ -147,7 +178,7 @@ def alignment_claims(an: Analysis) -> list[Claim]:
     r = contrast(ci)
     out.append(Claim(initial[0], "alignment", initial[1], PAPER_TEXT["alignment.initial"], Expect(">", 0),
                      per_unit(xi, r) if r else None, count_runs(ini), reason=None if r else need, sanity=True,
-                     kind=_ALIGN_KIND["initial"]))
+                     kind=_ALIGN_KIND["initial"], ids=ids_i, arms=baseline_arms(inits)))
     for init in inits:
         claim = f"final alignment {init} {'fell' if init == COUPLED else 'rose'} from its initial value"
         if at_bound(init):
@@ -163,7 +194,7 @@ def alignment_claims(an: Analysis) -> list[Claim]:
         out.append(Claim(f"alignment.final.{init}", "alignment", claim, paper, e, d,
                          count_runs(fin[fin["init"] == init]), spread=(m - s, m + s), sanity=at_bound(init),
                          level=a.final[init].mean if init in a.final else None, kind=CHANGE_ALIGN,
-                         paper_value=ref_final[init][0] - ref_init[init]))
+                         paper_value=ref_final[init][0] - ref_init[init], ids=ids_f, arms=baseline_arms([init])))
     r = contrast(cf)
     note = None
     if a.welch_p is not None:
@@ -171,7 +202,7 @@ def alignment_claims(an: Analysis) -> list[Claim]:
     out.append(Claim("alignment.contrast", "alignment", "final alignment: qk_identical above the uncoupled inits",
                      PAPER_TEXT["alignment.contrast"], Expect(">", 0), per_unit(xf, r) if r else None,
                      count_runs(fin), reason=None if r else need, note=note, kind=_ALIGN_KIND["contrast"],
-                     paper_value=PAPER_VALUE.get("alignment.contrast")))
+                     paper_value=PAPER_VALUE.get("alignment.contrast"), ids=ids_f, arms=baseline_arms(inits)))
     out += gap_claims(fin)
     return out
 
@@ -190,7 +221,7 @@ def _paper_change(initial: float, final: float, sd: float) -> str:
 
 def gap_claims(fin: pd.DataFrame) -> list[Claim]:
     """Gap = qk_identical − the larger uncoupled init, per seed and depth, and its growth with depth."""
-    x, cols = pivot(fin, "seed", ["depth", "init"], "qk_alignment")
+    x, cols, ids = pivot_units(fin, "seed", ["depth", "init"], "qk_alignment")
     depths = sorted({d for d, _ in cols})
     usable = [d for d in depths if (d, COUPLED) in cols and any((d, u) in cols for u in UNCOUPLED)]
 
@@ -212,18 +243,24 @@ def gap_claims(fin: pd.DataFrame) -> list[Claim]:
             continue
         out.append(Claim(cid, "alignment", claim, paper, Expect(">", 0), per_unit(x, gap(d)),
                          count_runs(fin[fin["depth"] == d]), kind=_ALIGN_KIND["gap"], paper_value=PAPER_VALUE.get(cid),
-                         y_against=per_unit(x, gap(d, against=True))))
+                         y_against=per_unit(x, gap(d, against=True)), ids=ids,
+                         arms=baseline_arms((COUPLED, *UNCOUPLED), [d])))
     claim = "alignment gap grows with depth (deepest − shallowest)"
     if len(usable) < 2:
         out.append(Claim("alignment.gap.growth", "alignment", claim, PAPER_TEXT["alignment.gap.growth"],
                          Expect(">", 0), reason="needs the gap at two depths", kind=_ALIGN_KIND["growth"]))
     else:
-        lo, hi = gap(usable[0]), gap(usable[-1])
-        paper_value = PAPER_VALUE["alignment.gap.growth"] if (usable[0], usable[-1]) == (4, 8) else None
-        out.append(Claim("alignment.gap.growth", "alignment", f"{claim}: {usable[0]} → {usable[-1]}",
-                         PAPER_TEXT["alignment.gap.growth"], Expect(">", 0),
-                         per_unit(x, lambda avg: hi(avg) - lo(avg)), count_runs(fin), kind=_ALIGN_KIND["growth"],
-                         paper_value=paper_value))
+        shallow, deep = usable[0], usable[-1]
+        paper_value = PAPER_VALUE["alignment.gap.growth"] if (shallow, deep) == (4, 8) else None
+        # bracketed: x − max u is biased down by E[max] when spreads differ by depth (SPEC §8), so the
+        # rise is tested on (x_deep − max u_deep) − (x_shallow − min u_shallow), a fall on the reverse
+        low = per_unit(x, lambda avg: gap(deep)(avg) - gap(shallow, against=True)(avg))
+        high = per_unit(x, lambda avg: gap(deep, against=True)(avg) - gap(shallow)(avg))
+        out.append(Claim("alignment.gap.growth", "alignment", f"{claim}: {shallow} → {deep}",
+                         PAPER_TEXT["alignment.gap.growth"], Expect(">", 0), low, count_runs(fin),
+                         kind=_ALIGN_KIND["growth"], paper_value=paper_value, y_against=high,
+                         shown=per_unit(x, lambda avg: gap(deep)(avg) - gap(shallow)(avg)), ids=ids,
+                         arms=baseline_arms((COUPLED, *UNCOUPLED), [shallow, deep])))
     return out
 
 
@@ -243,7 +280,7 @@ def slope_claims(an: Analysis) -> list[Claim]:
             why = an.missing.get("slopes", "no baseline trajectories")
             out.append(Claim(cid, "slopes", claim, paper, e, reason=why, kind=kind))
             continue
-        x, _ = pivot(rs, "seed", ["init", "depth", "layer"], f"{metric}_slope")
+        x, _, ids = pivot_units(rs, "seed", ["init", "depth", "layer"], f"{metric}_slope")
         post = None
         if f"{metric}_slope_post" in rs:
             post = per_unit(pivot(rs, "seed", ["init", "depth", "layer"], f"{metric}_slope_post")[0], cell_mean)
@@ -253,32 +290,59 @@ def slope_claims(an: Analysis) -> list[Claim]:
             v = v[np.isfinite(v)]
             hits = int((np.sign(v) == sign).sum())
             note = f"seed-averaged traces with slope {'> 0' if sign > 0 else '< 0'}: {hits}/{v.size} (Table 4's count)"
+        sl = an.results.get("slopes")
         out.append(Claim(cid, "slopes", claim, paper, e, per_unit(x, cell_mean), count_runs(rs), note=note,
-                         kind=kind, post=post))
+                         kind=kind, post=post, ids=ids, post_fixed=bool(sl and sl.collapse_fixed),
+                         arms=baseline_arms(sorted(rs["init"].unique()))))
     return out
 
 
+CATEGORY_CLAIMS = (  # id, claim, the category above, the category below, metric
+    ("categories.late_mid.qk_erank", "late layers' qk_erank above mid layers'", "late", "mid", "qk_erank"),
+    ("categories.late_mid.pr_q", "late layers' pr_q above mid layers'", "late", "mid", "pr_q"),
+    ("categories.early_mid.attn_entropy", "mid layers are the entropy bottleneck (early − mid > 0)",
+     "early", "mid", "attn_entropy"),
+    ("categories.early_mid.qk_erank", "mid layers' qk_erank below early layers'", "early", "mid", "qk_erank"),
+)
+
+
+def within_model(fl: pd.DataFrame, hi: str, lo: str, metric: str) -> tuple[pd.Series, list[int]]:
+    """Each seed's ``hi`` − ``lo`` contrast of ``metric`` inside its models (SPEC §8): in every (init,
+    depth) run that has layers of both categories, the mean of its ``hi`` layers − the mean of its
+    ``lo`` layers (final epoch); averaged over the inits at each depth, then over the depths with equal
+    weight. Returns the per-seed series (index: seed) and the depths that contribute. A depth that
+    shifts every layer of its models alike cannot move it."""
+    g = fl.groupby(["seed", "init", "depth", "category"], observed=True)[metric].mean().unstack("category")
+    if hi not in g or lo not in g:
+        return pd.Series(dtype=float), []
+    run = (g[hi] - g[lo]).dropna()
+    if run.empty:
+        return pd.Series(dtype=float), []
+    per_depth = run.groupby(level=["seed", "depth"]).mean()
+    return per_depth.groupby(level="seed").mean(), sorted(int(d) for d in per_depth.index.unique("depth"))
+
+
 def category_claims(an: Analysis) -> list[Claim]:
+    """The layer-category contrasts, within each model and then over depths (``within_model``): the
+    seed stays the unit, and a depth effect cannot read as an effect of a layer's position (pooling
+    the (run, layer) rows of every depth would weigh each depth by its layers in each category)."""
     fl = an.frames.get("final_layers")
-    specs = [("categories.late_mid.qk_erank", "late layers' qk_erank above mid layers'", "late", "mid", "qk_erank"),
-             ("categories.late_mid.pr_q", "late layers' pr_q above mid layers'", "late", "mid", "pr_q"),
-             ("categories.early_mid.attn_entropy", "mid layers are the entropy bottleneck (early − mid > 0)",
-              "early", "mid", "attn_entropy"),
-             ("categories.early_mid.qk_erank", "mid layers' qk_erank below early layers'",
-              "early", "mid", "qk_erank")]
     out = []
-    for cid, claim, hi, lo, metric in specs:
+    for cid, claim, hi, lo, metric in CATEGORY_CLAIMS:
         paper = PAPER_TEXT[cid]
-        kind = f"difference: final {metric}, {hi} − {lo} layers"
-        if fl is None or fl.empty or not {hi, lo} <= set(fl["category"]):
+        kind = f"difference: final {metric}, {hi} − {lo} layers within each model, averaged over depths"
+        y, depths = within_model(fl, hi, lo, metric) if fl is not None and not fl.empty else (pd.Series(dtype=float), [])
+        if not depths:
             out.append(Claim(cid, "layer_categories", claim, paper, Expect(">", 0),
-                             reason=f"no {hi} and {lo} layers at the depths present", kind=kind))
+                             reason=f"no model with both {hi} and {lo} layers at the depths present "
+                                    "(k = round(L/3) early and late layers: both need L >= 3)", kind=kind))
             continue
-        x, cols = pivot(fl, "seed", ["category"], metric)
-        i, j = cols.index(hi), cols.index(lo)
-        out.append(Claim(cid, "layer_categories", claim, paper, Expect(">", 0),
-                         per_unit(x, lambda avg, i=i, j=j: avg[:, i] - avg[:, j]), count_runs(fl), kind=kind,
-                         paper_value=PAPER_VALUE.get(cid)))
+        used = fl[fl["depth"].isin(depths)]
+        note = (f"within-model contrast at depth{'s' if len(depths) > 1 else ''} "
+                f"{', '.join(map(str, depths))} (models with {hi} and {lo} layers), depths weighted equally")
+        out.append(Claim(cid, "layer_categories", claim, paper, Expect(">", 0), y.to_numpy(float),
+                         count_runs(used), kind=kind, note=note, paper_value=PAPER_VALUE.get(cid),
+                         ids=tuple(int(v) for v in y.index), arms=baseline_arms(sorted(used["init"].unique()), depths)))
     return out
 
 
@@ -289,10 +353,10 @@ BRIDGE = {  # pair -> (metric a, sign a, metric b, sign b), value = sign * slope
 }
 
 
-def _bridge_r(ps: pd.DataFrame, a: str, sa: int, b: str, sb: int, suffix: str = "") -> np.ndarray:
-    """Each seed's Pearson r of the two bridge quantities over its uncoupled layer trajectories [n]."""
-    cells = ["init", "depth", "layer"]
-    sl_a, m_a, sl_b, m_b = (pivot(ps, "seed", cells, f"{m}_{k}{suffix}")[0] for m in (a, b) for k in ("slope", "mean"))
+def _bridge_r(wide: dict[str, np.ndarray], a: str, sa: int, b: str, sb: int, suffix: str = "") -> np.ndarray:
+    """Each seed's Pearson r of the two bridge quantities over its uncoupled layer trajectories [n];
+    ``wide``: the per-seed table's columns pivoted to [seed, (init, depth, layer)] (``pivot_many``)."""
+    sl_a, m_a, sl_b, m_b = (wide[f"{m}_{k}{suffix}"] for m in (a, b) for k in ("slope", "mean"))
     with np.errstate(invalid="ignore", divide="ignore"):
         return pearson_rows(sa * sl_a / m_a, sb * sl_b / m_b)
 
@@ -300,6 +364,7 @@ def _bridge_r(ps: pd.DataFrame, a: str, sa: int, b: str, sb: int, suffix: str = 
 def bridge_claims(an: Analysis) -> list[Claim]:
     ps = an.frames.get("per_seed")
     out = []
+    wide = ids = None
     for pair, (ma, sa, mb, sb) in BRIDGE.items():
         cid = f"bridge.{pair}"
         claim = f"bridge r({pair.replace('__', ', ')}) > 0 within each seed's uncoupled layer trajectories"
@@ -309,11 +374,16 @@ def bridge_claims(an: Analysis) -> list[Claim]:
             why = an.missing.get("bridge", "no uncoupled baseline runs")
             out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), reason=why, kind=kind, fisher=True))
             continue
-        post = _bridge_r(ps, ma, sa, mb, sb, "_post") if f"{ma}_slope_post" in ps else None
+        cols = [c for c in ps.columns if c.endswith(("_slope", "_mean", "_slope_post", "_mean_post"))]
+        if wide is None:
+            wide, ids = pivot_many(ps, "seed", ["init", "depth", "layer"], cols)
+        post = _bridge_r(wide, ma, sa, mb, sb, "_post") if f"{ma}_slope_post" in ps else None
         cells = ps.groupby("seed").size()
-        out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), _bridge_r(ps, ma, sa, mb, sb), count_runs(ps),
+        out.append(Claim(cid, "bridge", claim, paper, Expect(">", 0), _bridge_r(wide, ma, sa, mb, sb), count_runs(ps),
                          note=f"{int(cells.min())}–{int(cells.max())} trajectories per seed", kind=kind,
-                         fisher=True, post=post))
+                         fisher=True, post=post, ids=ids,
+                         post_fixed=bool(an.results.get("bridge") and an.results["bridge"].collapse_fixed),
+                         arms=baseline_arms(sorted(ps["init"].unique()))))
     return out
 
 
@@ -335,9 +405,9 @@ def intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
                 out.append(Claim(cid, "interventions", claim, paper, e,
                                  reason=f"no {cond} run with a matched none run", kind=kind))
                 continue
-            x, _ = pivot(sub, "seed", ["condition"], f"d_{metric}")
+            x, _, ids = pivot_units(sub, "seed", ["condition"], f"d_{metric}")
             out.append(Claim(cid, "interventions", claim, paper, e, per_unit(x, column(0)), count_runs(sub),
-                             kind=kind))
+                             kind=kind, ids=ids, arms=intervention_arms(cond, sorted(sub["init"].unique()))))
     cid, claim = "interventions.val_loss", "final val_loss of the intervention family in the paper's range"
     lo, hi = PAPER_REFERENCE["interventions"]["val_loss_range"]
     e = Expect("in", lo, hi)
@@ -356,10 +426,14 @@ def intervention_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
 
 
 def _paper_delta(cond: str, metric: str, sign: int) -> str:
-    """The paper's side of an intervention row: it reports the sign (its confidence) and, for some
-    metrics, the level under the condition, never the Δ itself."""
+    """The paper's side of an intervention row: it reports the sign (its confidence score: the
+    fraction of its seeds in the predicted direction) and, for some metrics, the level under the
+    condition, never the Δ itself. Its count is not a confidence: 5 of 5 seeds in one direction
+    happen by chance 1 time in 32 per metric."""
     ref = PAPER_REFERENCE["interventions"].get(cond, {})
-    text = f"Δ {'>' if sign > 0 else '<'} 0, sign only (confidence {ref.get('confidence', 1.0):.2f})"
+    n = PAPER_REFERENCE["interventions"]["n_seeds"]
+    hits = round(ref.get("confidence", 1.0) * n)
+    text = f"Δ {'>' if sign > 0 else '<'} 0, sign only (the paper: {hits} of {n} seeds in this direction)"
     if metric in ref:
         text += f"; the paper gives the level under {cond}, {ref[metric]:g}, not the Δ"
     return text
@@ -401,3 +475,46 @@ def checkpoint_claims(an: Analysis) -> list[Claim]:
                      PAPER_TEXT["checkpoints.gpt2_burst"], Expect(">", 0), unit="series", kind="shape",
                      reason="a shape claim about one named series; SPEC §8 defines no statistic for it"))
     return out
+
+
+def short_label(c: Claim) -> str:
+    """The claim in a few words, for the console table and the scorecard figure."""
+    parts = c.id.split(".")
+    head, rest = parts[0], parts[1:]
+    arrow = {1: "↑", -1: "↓"}.get(c.expect.sign, "")
+    if head == "alignment":
+        if rest[0] == "gap":
+            if rest[1] == "growth":
+                return "alignment gap growth with depth"
+            return f"alignment gap at {rest[1][1:]} layer{'' if rest[1] == 'L1' else 's'}"
+        if rest[0] == "final":
+            return f"alignment change, {rest[1]}"
+        return f"alignment {rest[0]}: qk_identical − uncoupled"
+    if head == "slopes":
+        return f"slope of {rest[0].replace('_minus_', ' − ')} {arrow}"
+    if head == "categories":
+        hi, lo = rest[0].split("_")
+        return f"{rest[1]}: {hi} − {lo} layers"
+    if head == "bridge":
+        a, b = rest[0].split("__")
+        return f"bridge r({a}, {b})"
+    if c.id == "interventions.val_loss":
+        return "val_loss in the paper's range"
+    if head == "interventions" and len(rest) == 2:
+        return f"{rest[0]}: {rest[1]} {arrow}"
+    if head == "dose_response" and len(rest) == 2:
+        return f"dose–response {rest[0]}: {rest[1]} {arrow}"
+    if head == "checkpoints":
+        return {"positive": "checkpoints: pr_q − pr_k slope > 0", "link": "checkpoints: link recurs",
+                "gpt2_burst": "checkpoints: GPT-2 burst"}.get(rest[0], c.id)
+    return c.id
+
+
+def paper_short(c: Claim) -> str:
+    """The paper's side in a few characters: its value of the row's quantity, or the side it states."""
+    if c.paper_value is not None:
+        return f"{c.paper_value:.3g}"
+    if "sign only" in c.paper or c.paper.startswith(("> 0", "< 0", "Δ")):
+        return f"{c.expect.text()} (sign)"
+    head = c.paper.split(" (")[0]
+    return head if len(head) <= 14 else "see report.md"

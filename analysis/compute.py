@@ -15,8 +15,9 @@ from analysis.dose_response import SECTION as DOSE_RESPONSE
 from analysis.frames import RUN_ID_COLS, baseline, diverged_runs, incomplete_runs
 from analysis.interventions import SECTION as INTERVENTIONS
 from analysis.layer_metrics import SECTION as LAYER_METRICS
+from analysis.losses import lost_runs
 from analysis.provenance import provenance
-from analysis.section import Analysis, Inputs, Section
+from analysis.section import Analysis, Inputs, Section, Window
 from analysis.slopes import SECTION as SLOPES
 
 __all__ = ["SECTIONS", "Analysis", "compute_all", "register_section", "sections"]
@@ -34,7 +35,7 @@ RESERVED_KEYS = frozenset({
     "provenance", "missing", "notes", "reference", "unknown_names", "skipped_files", "preset_notes",
     "scorecard", "scorecard_method", "timing_s", "outputs", "presets", "by_preset", "slopes_per_run",
     "slopes_post_collapse", "bridge_post_collapse",
-    "layer_categories_by_depth", "interventions_init", "interventions_by_init",
+    "layer_categories_by_depth", "layer_categories_within", "interventions_init", "interventions_by_init",
 })
 
 _added: list[tuple[Section, str | None]] = []
@@ -73,10 +74,13 @@ def _dedupe(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return df.drop_duplicates(list(keys), keep="last")
 
 
-def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None) -> Analysis:
+def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None,
+                window: Window | None = None) -> Analysis:
     """Every registered section on whatever the tables hold; never raises on a partial store.
 
-    ``preset`` keeps only the runs of that preset (checkpoints are kept whole).
+    ``preset`` keeps only the runs of that preset (checkpoints are kept whole); ``window``: the
+    post-collapse window fixed before the data (the preset's, SPEC §8), else it is chosen on the
+    runs reported and marked descriptive.
     """
     layers = tables.get("layers", pd.DataFrame())
     epochs = tables.get("epochs", pd.DataFrame())
@@ -95,6 +99,8 @@ def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None) -> A
         layers = layers[layers["preset"] == preset]
         epochs = epochs[epochs["preset"] == preset]
         notes.append(f"restricted to preset {preset!r}")
+    ids = pd.concat([df[list(RUN_ID_COLS)] for df in (layers, epochs) if not df.empty],
+                    ignore_index=True) if not (layers.empty and epochs.empty) else pd.DataFrame(columns=list(RUN_ID_COLS))
     bad = diverged_runs(epochs)
     if bad:
         layers = layers[~layers["run_id"].isin(bad)]
@@ -123,7 +129,8 @@ def compute_all(tables: dict[str, pd.DataFrame], preset: str | None = None) -> A
     missing: dict[str, str] = {}
     frames: dict[str, pd.DataFrame] = {}
     results = {}
-    data = Inputs(layers, epochs, checkpoints)
+    frames["lost_runs"] = lost_runs(ids, prov["excluded_runs"])
+    data = Inputs(layers, epochs, checkpoints, window)
     for sec in sections():
         done = sec.compute(data)
         results[sec.name] = done.result

@@ -295,7 +295,8 @@ def dose_claims(an: Analysis) -> list[claims.Claim]:
                 continue
             out.append(claims.Claim(cid, "dose_response", text, "— (not in the paper)", expect,
                                     np.array(m.seed_slopes), c.n_runs, kind=_KIND,
-                                    note=f"Spearman ρ {m.rho:.2f} over {m.n_pairs} (strength, seed) pairs"))
+                                    note=f"Spearman ρ {m.rho:.2f} over {m.n_pairs} (strength, seed) pairs",
+                                    arms=claims.intervention_arms(c.condition, [c.init])))
     return out
 
 

@@ -183,6 +183,19 @@ def collapse_end(layers: pd.DataFrame) -> int | None:
     return int(mean.idxmin()) if not mean.empty else None
 
 
+#: How the report names a post-collapse window chosen on the runs it then describes.
+CHOSEN_ON_THESE_RUNS = "chosen on the runs reported (descriptive: no window was fixed before the data)"
+
+
+def post_collapse_start(base: pd.DataFrame, window) -> tuple[int | None, str, bool]:
+    """The post-collapse window's first epoch, where it comes from, and whether it was fixed before
+    the data: the preset's ``window`` (``analysis.section.Window``) when given, else ``collapse_end``
+    of ``base`` itself — then the window is chosen on the runs it describes, and is not tested."""
+    if window is not None:
+        return window.start, window.source, True
+    return collapse_end(base), CHOSEN_ON_THESE_RUNS, False
+
+
 def window_slopes(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str], start: int | None) -> pd.DataFrame:
     """``group_slopes`` over all logged epochs, with the same fit over epochs >= ``start`` (the
     post-collapse window) beside it as ``<m>_slope_post`` and ``<m>_mean_post`` (NaN when start is None)."""

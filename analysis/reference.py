@@ -51,6 +51,7 @@ PAPER_REFERENCE: dict = {
         "freeze_k": {"attn_entropy": 2.6002, "logit_std": 3.2136, "confidence": 1.0},
         "k_spectrum_clamp": {"confidence": 1.0},
         "val_loss_range": [1.2066, 1.2270],
+        "n_seeds": 5,
     },
     "checkpoints": {"positive_series": 1, "n_fitted_series": 6, "link_recurs_series": 4},
 }

@@ -48,11 +48,22 @@ class Computed(Generic[R]):
 
 @dataclass(frozen=True)
 class Inputs:
-    """One preset's tables as the sections see them (diverged and incomplete runs dropped)."""
+    """One preset's tables as the sections see them (diverged and incomplete runs dropped), and the
+    post-collapse window fixed before the data (None: chosen on these runs, descriptive)."""
 
     layers: pd.DataFrame
     epochs: pd.DataFrame
     checkpoints: pd.DataFrame
+    window: Window | None = None
+
+
+@dataclass(frozen=True)
+class Window:
+    """The post-collapse window's first epoch ``e_c`` fixed before the data (SPEC §8), and where it
+    comes from (e.g. "the demo preset's schedule seeds 37, 42")."""
+
+    start: int | None
+    source: str
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,13 @@ import pandas as pd
 
 from analysis import claims
 from analysis import vocabulary as vocab
-from analysis.frames import RUN_ID_COLS, baseline, collapse_end, seed_averaged_traces, window_slopes
+from analysis.frames import (
+    RUN_ID_COLS,
+    baseline,
+    post_collapse_start,
+    seed_averaged_traces,
+    window_slopes,
+)
 from analysis.primitives import SlopeCount, to_jsonable
 from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 
@@ -49,10 +55,14 @@ class SlopesResult(Result):
     per_run: SlopeGroups  # stats.json "slopes_per_run"
     collapse_end: int | None = None  # the first epoch of the post-collapse window (SPEC §8)
     traces_post: SlopeGroups | None = None  # seed-averaged traces over that window
+    collapse_source: str = ""  # where e_c comes from
+    collapse_fixed: bool = False  # fixed before the data (else chosen on these runs: descriptive)
 
     def to_json(self) -> dict[str, object]:
         return {"slopes": to_jsonable(self.traces), "slopes_per_run": to_jsonable(self.per_run),
-                "slopes_post_collapse": to_jsonable({"collapse_end": self.collapse_end, "traces": self.traces_post})}
+                "slopes_post_collapse": to_jsonable({"collapse_end": self.collapse_end, "traces": self.traces_post,
+                                                     "source": self.collapse_source,
+                                                     "fixed_before_the_data": self.collapse_fixed})}
 
 
 def _slope_groups(slopes: pd.DataFrame, metrics: Sequence[str], suffix: str = "") -> tuple[SlopeGroups, dict[str, str]]:
@@ -70,7 +80,7 @@ def _slope_groups(slopes: pd.DataFrame, metrics: Sequence[str], suffix: str = ""
     return out, missing
 
 
-def compute_slopes(layers: pd.DataFrame) -> Computed[SlopesResult]:
+def compute_slopes(layers: pd.DataFrame, window=None) -> Computed[SlopesResult]:
     """Table 4: slopes of pr_q, pr_k, pr_q − pr_k over seed-averaged traces, per group.
 
     ``slopes`` is over seed-averaged traces (the paper's unit); ``slopes_per_run``
@@ -79,7 +89,7 @@ def compute_slopes(layers: pd.DataFrame) -> Computed[SlopesResult]:
     base = baseline(layers)
     if base.empty:
         return Computed(None, {"slopes": "no baseline runs in the store"})
-    start = collapse_end(base)
+    start, source, fixed = post_collapse_start(base, window)
     ts = trace_slopes(base, SLOPE_METRICS, start)
     rs = run_slopes(base, SLOPE_METRICS, start)
     groups, miss = _slope_groups(ts, SLOPE_METRICS)
@@ -90,7 +100,8 @@ def compute_slopes(layers: pd.DataFrame) -> Computed[SlopesResult]:
         missing = {"slopes": "no baseline trajectory has >= 2 logged epochs"}
     if start is None:
         missing["slopes.post_collapse"] = "fewer than 4 logged epochs after epoch 0: no post-collapse window"
-    return Computed(SlopesResult(groups, groups_run, start, post), missing, {"trace_slopes": ts, "run_slopes": rs})
+    return Computed(SlopesResult(groups, groups_run, start, post, source, fixed), missing,
+                    {"trace_slopes": ts, "run_slopes": rs})
 
 
 def table4_slopes(s: SlopesResult) -> pd.DataFrame | None:
@@ -127,8 +138,8 @@ def sentence(s: SlopesResult) -> str:
         tail = f"; after the collapse {getattr(post, key)}/{post.n}" if post is not None and post.n else ""
         bits.append(f"{verb} in {getattr(pooled, key)} of {pooled.n} seed-averaged traces ({groups}{tail})")
     window = (f" Post-collapse window (SPEC §8): epochs ≥ {s.collapse_end}, the trough of PR_K after "
-              "the initial collapse; its counts are a sensitivity check of the paper's fit over every epoch."
-              if s.collapse_end is not None else "")
+              f"the initial collapse, {s.collapse_source}; its counts are a sensitivity check of the paper's "
+              "fit over every epoch." if s.collapse_end is not None else "")
     return "; ".join(bits) + "." + window
 
 
@@ -143,7 +154,7 @@ class Slopes(Section[SlopesResult]):
                       "seeds)", "sweep.report.figures:fig2_pr"),)
 
     def compute(self, data: Inputs) -> Computed[SlopesResult]:
-        return compute_slopes(data.layers)
+        return compute_slopes(data.layers, data.window)
 
     def tables(self, result: SlopesResult) -> dict[str, pd.DataFrame | None]:
         return {"table4_slopes": table4_slopes(result)}

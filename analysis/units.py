@@ -64,12 +64,28 @@ def cell_mean(avg: np.ndarray) -> np.ndarray:
     return np.where(fin.any(-1), total / np.maximum(fin.sum(-1), 1), np.nan)
 
 
+def pivot_units(df: pd.DataFrame, unit: str, cells: list[str], value: str) -> tuple[np.ndarray, list, tuple]:
+    """[n_units, n_cells] of ``value`` (NaN where missing), the cell labels and the units' labels."""
+    if df.empty:
+        return np.empty((0, 0)), [], ()
+    p = df.pivot_table(index=unit, columns=cells, values=value, aggfunc="mean", observed=True)
+    return p.to_numpy(float), list(p.columns), tuple(v.item() if hasattr(v, "item") else v for v in p.index)
+
+
+def pivot_many(df: pd.DataFrame, unit: str, cells: list[str], values: list[str]) -> tuple[dict[str, np.ndarray], tuple]:
+    """``pivot_units`` of several columns at once, on the same units and cells: value -> [n_units,
+    n_cells] (NaN where missing), and the units' labels (one group-by instead of one per column)."""
+    if df.empty:
+        return {v: np.empty((0, 0)) for v in values}, ()
+    wide = df.groupby([unit, *cells], observed=True)[values].mean().unstack(cells)
+    ids = tuple(v.item() if hasattr(v, "item") else v for v in wide.index)
+    return {v: wide[v].to_numpy(float) for v in values}, ids
+
+
 def pivot(df: pd.DataFrame, unit: str, cells: list[str], value: str) -> tuple[np.ndarray, list]:
     """[n_units, n_cells] of ``value`` (NaN where missing) and the cell labels."""
-    if df.empty:
-        return np.empty((0, 0)), []
-    p = df.pivot_table(index=unit, columns=cells, values=value, aggfunc="mean", observed=True)
-    return p.to_numpy(float), list(p.columns)
+    x, cols, _ = pivot_units(df, unit, cells, value)
+    return x, cols
 
 
 def count_runs(df: pd.DataFrame) -> int:

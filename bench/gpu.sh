@@ -3,39 +3,48 @@
 #
 #   source .device/setup.sh && bash bench/gpu.sh    (.device/: ../shared/tools/device-bundle brings Ray)
 #   bash bench/gpu.sh --dry-run                    the plan and the set-up; without CUDA: "no CUDA found", exit 0
-#   bash bench/gpu.sh SECTION...                   only these sections, in this order (throughput: < 4 min)
+#   bash bench/gpu.sh SECTION...                   only these sections, in this order (throughput: about 4 min)
 #
-# First, inside the same budget: `pytest -m gpu` (tests/test_model_graphs_cuda.py: recorded CUDA-graph
-# steps against eager ones for every condition, packed and not, fp32 and bf16; the AMP choice on this
-# GPU), under `timeout ${GPU_TESTS_S:-120}`; a failure is reported and the script's exit status is 1
-# after the sections ran. Then the sections, each item its own process under `timeout`, each figure
-# against unpacked eager measured in this same call:
-#   throughput   unpacked eager / graphed / k_spectrum_clamp; packs of 12 (eager, graphed, clamp) and 36;
-#                4 processes; GPU busy (its own process); a compiled pack of 36 only with time left
-#                (bench/gpu_packing.py)
+# Sections, in this order (a call with none named runs those that fit in its budget, BUDGET_S, and names
+# the rest for a second call; named ones run as named):
+#   tests        `pytest -m gpu` ($GPU_TESTS, default tests/test_model_graphs_cuda.py: recorded CUDA-graph
+#                steps against eager ones for every condition, packed and not, fp32 and bf16; a forced fp16
+#                overflow through the masked AdamW step; the validation graph after more replayed steps;
+#                resume and re-recording; TF32 on; --compile; the AMP choice), under `timeout`, its budget
+#                counted from the tests pytest collects. A failure or a timeout is printed as "failed" /
+#                "timed out", the sections still run, and the script exits 1
 #   clamp        k_spectrum_clamp's decomposition: eigh / svd / refine on the GPU and on the CPU, unpacked
-#                and a pack of 12, as × the none step (bench/clamp_cost.py)
+#                and a pack of 12, as × the none step (bench/clamp_cost.py); its clamped-step factor is
+#                what the sweep's plan prices a clamp trial by ($OUT/costs.json: copy it to sweep/costs.json)
+#   throughput   unpacked eager / graphed / k_spectrum_clamp; packs of 12 (eager, graphed, clamp) and 36;
+#                4 processes; GPU busy (its own process); a compiled pack of 36 only with time left; each
+#                variant's peak memory beside the plan's memory model (bench/gpu_packing.py)
 #   probe        the per-epoch probe plus validation in training steps at depth 8 (bench/probe_cost.py)
 #   equivalence  a pack against its unpacked runs, against the noise of switching attention backend,
 #                fp32 and bf16 (bench/pack_equivalence.py)
 #   sweep        the baseline sweep twice, default flags and --pack 1, only with its need left
 #                (bench/gpu_sweep.py; on its own: bash bench/gpu.sh sweep)
-# Budgets: bench/gpu_plan.py (printed first: ops per step counted here, the GPU's costs guessed); each
-# item's time and how it ended go to $OUT/timings.jsonl; then the table of every figure, with each
-# section's budget and actual seconds (bench/gpu_bench.py --report) in ${OUT:-bench/out}/gpu_results.json.
+# Prerequisites, checked first in one line: torch, pytest, pytest-timeout (pyproject's --timeout) and the
+# project importable. Budgets: bench/gpu_plan.py (printed first: ops per step counted here, GPU tests
+# counted, the GPU's costs guessed); each item's time and how it ended go to $OUT/timings.jsonl; then the
+# table of every figure, with each section's budget and actual seconds (bench/gpu_bench.py --report) in
+# ${OUT:-bench/out}/gpu_results.json. Exit status: 0 when every test and item that ran passed, 1 when a
+# test or an item failed or timed out (each said so in its line), 2 for a bad argument.
 # Environment: PYTHON (interpreter), OUT (results folder), BUDGET_S (default: the sections' budgets,
-# at most 470), GPU_TESTS_S (120: the GPU tests' share of it), SECONDS_PER_VARIANT (3), CPU_CHECK=1 (every section at a tiny size on the CPU: a check
-# of this script, measuring nothing).
+# at most 470), GPU_TESTS (test files), GPU_TESTS_S (the tests' timeout; default: their planned budget),
+# SECONDS_PER_VARIANT (3), CPU_CHECK=1 (every section at a tiny size on the CPU: a check of this script,
+# measuring nothing).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 OUT="${OUT:-bench/out}"
 SECONDS_PER_VARIANT="${SECONDS_PER_VARIANT:-3}"
-DEV=cuda TINY=()
-if [ "${CPU_CHECK:-0}" = 1 ]; then DEV=cpu TINY=(--tiny); fi
+DEV=cuda TINY=() COUNT=()
+if [ "${CPU_CHECK:-0}" = 1 ]; then DEV=cpu TINY=(--tiny) COUNT=(--no-count); fi  # a check: ops per step not counted
 START=$(date +%s)
-ALL="throughput clamp probe equivalence sweep"
+ALL="tests clamp throughput probe equivalence sweep"
+GPU_TESTS="${GPU_TESTS:-tests/test_model_graphs_cuda.py}"
 
 if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"
 elif [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"
@@ -46,7 +55,7 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"  # the sweep starts its own throw-away local cluster
 mkdir -p "$OUT/packing"
 
-DRY=0 SECTIONS="$ALL"
+DRY=0 SECTIONS=""
 case "${1:-}" in
   --dry-run) DRY=1 ;;
   -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#'; exit 0 ;;
@@ -59,26 +68,56 @@ case "${1:-}" in
      SECTIONS="$*" ;;
 esac
 
-if ! "$PY" -c "import torch, model.trainer, bench.gpu_bench" >/dev/null 2>&1; then
-  echo "[gpu.sh] 'import torch, model.trainer' fails with $PY:"
-  "$PY" -c "import torch, model.trainer" 2>&1 | tail -1 || true
+# prerequisites, one line: what the tests and the sections import
+PREREQ=$("$PY" - <<'PYEOF' 2>&1 || true
+import importlib
+missing = []
+for mod, name in (("torch", "torch"), ("pytest", "pytest"), ("pytest_timeout", "pytest-timeout")):
+    try:
+        importlib.import_module(mod)
+    except Exception:  # noqa: BLE001
+        missing.append(name)
+try:
+    import bench.gpu_bench, bench.gpu_plan, model.trainer  # noqa: F401
+except Exception as exc:  # noqa: BLE001
+    missing.append(f"the project ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+print("missing: " + "; ".join(missing) if missing else "ok")
+PYEOF
+)
+echo "[gpu.sh] prerequisites (torch, pytest, pytest-timeout, the project importable) with $PY: $PREREQ"
+if [ "$PREREQ" != ok ]; then
   if [ "$DRY" = 1 ] && ! "$PY" -c "import torch" >/dev/null 2>&1; then
     echo "[gpu.sh] no CUDA found (torch is not importable): nothing measured"
     exit 0
   fi
-  [ "$DRY" = 1 ] || exit 1
+  [ "$DRY" = 1 ] || { echo "[gpu.sh] failed: prerequisites missing, nothing run"; exit 1; }
 fi
 
-# the plan: every item's budget, from what it runs (bench/gpu_plan.py)
-PLAN_OUT=$("$PY" -m bench.gpu_plan --out "$OUT" --seconds "$SECONDS_PER_VARIANT" --budget-of "$SECTIONS")
-echo "$PLAN_OUT" | grep -v '^BUDGET '
+# the plan: every item's budget, from what it runs (bench/gpu_plan.py); which sections fit this call
+PLAN_OUT=$("$PY" -m bench.gpu_plan --out "$OUT" --seconds "$SECONDS_PER_VARIANT" --tests "$GPU_TESTS" \
+  --budget-of "${SECTIONS:-auto}" ${BUDGET_S:+--call-budget "$BUDGET_S"} "${COUNT[@]}")
+echo "$PLAN_OUT" | grep -v -E '^(BUDGET|SECTIONS|LATER) '
 BUDGET_S="${BUDGET_S:-$(echo "$PLAN_OUT" | sed -n 's/^BUDGET //p')}"
+if [ -z "$SECTIONS" ]; then
+  SECTIONS=$(echo "$PLAN_OUT" | sed -n 's/^SECTIONS //p')
+  LATER=$(echo "$PLAN_OUT" | sed -n 's/^LATER //p')
+  if [ -n "$LATER" ]; then
+    echo "[gpu.sh] not in this call (over its ${BUDGET_S}s): $LATER; a second call runs them: bash bench/gpu.sh $LATER"
+  fi
+fi
 DEADLINE=$((START + BUDGET_S))
 echo "[gpu.sh] $(date -u +%FT%TZ) python: $PY; out: $OUT; budget ${BUDGET_S}s; sections: $SECTIONS"
 
-GPU_TESTS_S="${GPU_TESTS_S:-120}"
+plan() {  # plan ITEM FIELD: a field of the plan's item (no torch import)
+  "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]][sys.argv[3]][sys.argv[4]])" \
+    "$OUT/plan.json" items "$1" "$2"
+}
+GPU_TESTS_S="${GPU_TESTS_S:-$(plan gpu-tests budget_s)}"
+PYTEST=("$PY" -m pytest -m gpu -q -rs -s -p no:cacheprovider -c "$ROOT/pyproject.toml" --rootdir "$ROOT")
 if [ "$DRY" = 1 ]; then
-  echo "[gpu.sh] first: $PY -m pytest -m gpu tests/test_model_graphs_cuda.py (timeout ${GPU_TESTS_S}s)"
+  case " $SECTIONS " in *" tests "*)
+    echo "[gpu.sh] first: ${PYTEST[*]} $GPU_TESTS (timeout ${GPU_TESTS_S}s; $(plan gpu-tests what))" ;;
+  esac
   "$PY" -m bench.gpu_bench --dry-run --out "$OUT"
   echo "[gpu.sh] throughput groups: $("$PY" -m bench.gpu_packing --list | tr '\n' ';')"
   "$PY" -c "import ray" >/dev/null 2>&1 || echo "[gpu.sh] no Ray here: the sweep section would be skipped (../shared/tools/device-bundle)"
@@ -94,22 +133,37 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || true
 : > "$OUT/timings.jsonl"
 
-# the GPU tests first (skipped without CUDA, as in CPU_CHECK=1): the recorded step proven before it is timed
-GPU_TESTS_RC=0 T0=$(date +%s)
-echo "[gpu.sh] gpu-tests (timeout ${GPU_TESTS_S}s): pytest -m gpu"
-timeout -k 10 "$GPU_TESTS_S" "$PY" -m pytest -m gpu -q -rs -s -p no:cacheprovider tests/test_model_graphs_cuda.py \
-  2>&1 | tee "$OUT/gpu_tests.log" | grep -E '^\[gpu tests\]|passed|failed|skipped|error|FAILED|CUDA graphs off' || true
-GPU_TESTS_RC=${PIPESTATUS[0]}
-GPU_TESTS_STATUS=ok
-if [ "$GPU_TESTS_RC" = 124 ] || [ "$GPU_TESTS_RC" = 137 ]; then GPU_TESTS_STATUS="timed out after ${GPU_TESTS_S}s"
-elif [ "$GPU_TESTS_RC" != 0 ]; then GPU_TESTS_STATUS="rc $GPU_TESTS_RC (see $OUT/gpu_tests.log)"; fi
-echo "[gpu.sh] gpu-tests: $GPU_TESTS_STATUS in $(( $(date +%s) - T0 ))s"
-printf '{"item": "gpu-tests", "section": "gpu-tests", "budget_s": %s, "ran_s": %s, "rc": %s, "status": "%s"}\n' \
-  "$GPU_TESTS_S" "$(( $(date +%s) - T0 ))" "$GPU_TESTS_RC" "$GPU_TESTS_STATUS" >> "$OUT/timings.jsonl"
+FAILED=()  # every test run or item that failed or timed out, for the last line and the exit status
 
-plan() {  # plan ITEM FIELD: a field of the plan's item (no torch import)
-  "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]][sys.argv[3]][sys.argv[4]])" \
-    "$OUT/plan.json" items "$1" "$2"
+tests() {  # the GPU tests (skipped without CUDA, as in CPU_CHECK=1): the recorded step proven before it is timed
+  local rc=0 t0 status summary budget=$GPU_TESTS_S left
+  left=$((DEADLINE - $(date +%s) - RESERVED - 10))
+  if [ "$left" -lt "$budget" ]; then budget=$left; fi
+  if [ "$left" -lt 20 ]; then
+    status="failed: not run, out of time (${left}s left)"
+    echo "[gpu.sh] gpu-tests: $status"
+    FAILED+=("gpu-tests $status")
+    log gpu-tests tests "$GPU_TESTS_S" 0 null "$status"
+    return 0
+  fi
+  t0=$(date +%s)
+  echo "[gpu.sh] gpu-tests (timeout ${budget}s, planned $(plan gpu-tests budget_s)s): pytest -m gpu $GPU_TESTS"
+  # shellcheck disable=SC2086  # GPU_TESTS: a list of paths
+  timeout -k 10 "$budget" "${PYTEST[@]}" $GPU_TESTS > "$OUT/gpu_tests.log" 2>&1 || rc=$?
+  grep -E '^\[gpu tests\]|passed|failed|skipped|error|FAILED|CUDA graphs off' "$OUT/gpu_tests.log" || true
+  summary=$( (grep -E '^=* ?[0-9]+ (passed|failed|skipped|error|errors|deselected).* in [0-9.]+s' "$OUT/gpu_tests.log" || true) \
+    | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then status="timed out after ${budget}s"
+  elif [ "$rc" = 5 ]; then status="failed: no GPU test collected (pytest rc 5)"
+  elif [ "$rc" != 0 ]; then status="failed (pytest rc $rc: ${summary:-no summary line}; see $OUT/gpu_tests.log)"
+  else status="ok (${summary:-no summary line})"; fi
+  [ "$rc" = 0 ] || FAILED+=("gpu-tests $status")
+  echo "[gpu.sh] gpu-tests: $status in $(( $(date +%s) - t0 ))s"
+  log gpu-tests tests "$budget" "$(( $(date +%s) - t0 ))" "$rc" "$status"
+}
+
+log() {  # log ITEM SECTION BUDGET RAN RC STATUS
+  printf '{"item": "%s", "section": "%s", "budget_s": %s, "ran_s": %s, "rc": %s, "status": "%s"}\n' "$@" >> "$OUT/timings.jsonl"
 }
 items_of() { "$PY" -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['order'][sys.argv[2]]))" "$OUT/plan.json" "$1"; }
 section_budget() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['sections'].get(sys.argv[2], 0))" "$OUT/plan.json" "$1"; }
@@ -122,9 +176,6 @@ reserved_after() {  # the budgets of the sections after this one, non-optional i
     [ "$s" = "$1" ] && seen=1
   done
   echo "$after"
-}
-log() {  # log ITEM SECTION BUDGET RAN RC STATUS
-  printf '{"item": "%s", "section": "%s", "budget_s": %s, "ran_s": %s, "rc": %s, "status": "%s"}\n' "$@" >> "$OUT/timings.jsonl"
 }
 
 timed() {  # timed ITEM SECTION command... : under timeout, with the item's budget clipped to what is left
@@ -147,7 +198,8 @@ timed() {  # timed ITEM SECTION command... : under timeout, with the item's budg
   t0=$(date +%s)
   echo "[gpu.sh] $item (timeout ${budget}s, planned $(plan "$item" budget_s)s)"
   timeout -k 10 "$budget" "$@" || rc=$?
-  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then status="timed out after ${budget}s"; elif [ "$rc" != 0 ]; then status="rc $rc"; fi
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then status="timed out after ${budget}s"; elif [ "$rc" != 0 ]; then status="failed (rc $rc)"; fi
+  [ "$rc" = 0 ] || FAILED+=("$item $status")
   echo "[gpu.sh] $item: $status in $(( $(date +%s) - t0 ))s ($(( $(date +%s) - START ))s in all)"
   log "$item" "$section" "$budget" "$(( $(date +%s) - t0 ))" "$rc" "$status"
 }
@@ -164,7 +216,7 @@ throughput() {
 clamp() {
   local shape=(--depths 8 --members 1,12); [ "$DEV" = cpu ] && shape=(--depths 2 --members 1,3 --tiny)
   timed clamp clamp "$PY" -m bench.clamp_cost --device "$DEV" "${shape[@]}" --steps 5 --rounds 3 --threads 0 \
-    --json "$OUT/clamp.json"
+    --json "$OUT/clamp.json" --costs "$OUT/costs.json"
 }
 
 probe() {
@@ -196,9 +248,11 @@ for section in $SECTIONS; do
   RESERVED=$(reserved_after "$section")
   "$section"
 done
-"$PY" -m bench.gpu_bench --report --out "$OUT" || echo "[gpu.sh] report failed"
-echo "[gpu.sh] done in $(( $(date +%s) - START ))s: $OUT/gpu_results.json"
-if [ "$GPU_TESTS_RC" != 0 ]; then
-  echo "[gpu.sh] the GPU tests did not pass ($GPU_TESTS_STATUS): the figures above were measured anyway"
+if [ "$SECTIONS" != tests ]; then  # the GPU tests alone measure nothing: their log is the report
+  "$PY" -m bench.gpu_bench --report --out "$OUT" || echo "[gpu.sh] report failed"
+fi
+echo "[gpu.sh] done in $(( $(date +%s) - START ))s: $OUT (gpu_tests.log, timings.jsonl, gpu_results.json)"
+if [ "${#FAILED[@]}" -gt 0 ]; then
+  echo "[gpu.sh] failed: ${#FAILED[@]} of this call's runs did not pass: $(IFS=';'; echo "${FAILED[*]}")"
   exit 1
 fi

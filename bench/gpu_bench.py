@@ -94,9 +94,10 @@ def clamp_lines(clamp: dict[str, Any] | None) -> list[str]:
     for r in clamp["results"]:
         shape = "unpacked" if r["members"] == 1 else f"pack of {r['members']}"
         each = ", ".join(f"{x['clamp']} {x['x_none_step']:.2f}×" for x in r["rows"])
+        auto = f"; the clamp's own choice {r['auto']}" if r.get("auto") else ""
         lines.append(f"k_spectrum_clamp's decomposition, depth {r['depth']}, {shape}, × the none step "
                      f"({r['none_step_s'] * 1e3:.1f} ms): {each}; fastest {r['fastest']} (clamped step "
-                     f"{r['fastest_step_with_clamp']:.2f}×)")
+                     f"{r['fastest_step_with_clamp']:.2f}×){auto}")
     return lines
 
 

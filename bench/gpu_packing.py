@@ -7,6 +7,9 @@ against unpacked eager measured in the same call, and the paper grid's projected
     python -m bench.gpu_packing --list                                    the groups and their variants
     python -m bench.gpu_packing --cpu-smoke --out DIR                     every variant, tiny, on the CPU
 
+Each variant's peak memory on CUDA (``torch.cuda.max_memory_allocated`` over what was allocated
+before it) is printed beside ``model.memory``'s estimate for its shape (the plan's memory model).
+
 Variants (paper size: d_model 256, 4 heads, d_mlp 1024, context 128, batch 64, synthetic corpus of
 1758 symbols; depth 6, the mean of the baseline's 4/6/8; bf16 autocast):
 
@@ -177,29 +180,52 @@ def time_epochs(trainer, device: str, seconds: float) -> dict[str, Any]:
     return {"warmup_s": warm, "epoch_times_s": times, "epoch_s": sorted(times)[len(times) // 2]}
 
 
+def modelled_bytes(trainer) -> int:
+    """``model.memory``'s estimate for this trainer's shape, members and precision (its CUDA context
+    aside: ``max_memory_allocated`` does not see it)."""
+    from model.memory import Shape, estimate
+
+    m, cfg = trainer.model_cfg, trainer.cfg
+    shape = Shape(d_model=m.d_model, n_layer=m.n_layer, n_head=m.n_head, d_mlp=m.d_mlp, vocab_size=m.vocab_size,
+                  context=m.context, batch_size=cfg.batch_size, half=trainer.amp_dtype is not None)
+    est = estimate(shape, trainer.packed, len(trainer.corpus.train), cfg.eval_batches)
+    return est.total(len(trainer.members)) - est.context
+
+
 def measure(name: str, device: str, tiny: bool, seconds: float) -> dict[str, Any]:
-    """One variant's figures: tokens/s of all runs together, run-steps/s, projected paper-grid hours."""
+    """One variant's figures: tokens/s of all runs together, run-steps/s, projected paper-grid hours;
+    on CUDA its peak memory (from what was allocated before it) beside ``model.memory``'s estimate."""
     v = VARIANTS[name]
     steps = 2 if tiny else v["steps"]
+    base = 0
+    if device == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
     if v["kind"] == "procs":
         out = concurrent(v["members"], device, tiny, seconds)
     else:
         trainer, tokens = build(v["members"], v["graphs"], v["compile"], steps, device, tiny, v["condition"])
         out = time_epochs(trainer, device, seconds)
+        out["modelled_memory_gb"] = modelled_bytes(trainer) / 2**30
         out["tokens_per_s"] = tokens / out["epoch_s"]
         out["run_steps_per_s"] = v["members"] * steps / out["epoch_s"]
         out["step_s"] = out["epoch_s"] / steps
         out["graph_status"] = trainer.graph_status
         if v["condition"] == "k_spectrum_clamp":
-            from interventions.spectrum import KSpectrumClamp
+            import torch
 
-            out["clamp"] = {"method": KSpectrumClamp.method, "decomp_device": KSpectrumClamp.decomp_device or device}
+            from bench.common import k_weights
+            from interventions.spectrum import choose
+
+            w = k_weights(trainer).detach()  # what the clamp chose for these weights (timed once, kept)
+            how = choose(w, torch.linalg.svdvals(w.double()))
+            out["clamp"] = {"method": how[0], "decomp_device": how[1] or device}
     out.update(variant=name, **v, depth=2 if tiny else DEPTH, device=device)
     out["projected_paper_grid_h"] = projected_hours(out["run_steps_per_s"])
     if device == "cuda":
-        import torch
-
-        out["max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        out["max_memory_allocated_gb"] = (torch.cuda.max_memory_allocated() - base) / 2**30
         torch.cuda.reset_peak_memory_stats()
         torch.cuda.empty_cache()
     return out
@@ -257,17 +283,21 @@ def summary(out: Path) -> dict[str, Any]:
     per_epoch, baseline, interventions = paper_grid_steps()
     print(f"[gpu_packing] paper grid: {baseline + interventions:,} run-steps ({per_epoch:,} an epoch); "
           f"projected on one GPU, measured at depth {DEPTH}; target ≤ {TARGET_HOURS:g} h")
-    print(f"  {'variant':22s} {'run-steps/s':>12s} {'x unpacked':>10s} {'paper grid':>11s} {'GPU busy':>9s}  graphs")
+    print(f"  {'variant':22s} {'run-steps/s':>12s} {'x unpacked':>10s} {'paper grid':>11s} {'GPU busy':>9s} "
+          f"{'memory GiB: peak / model':>25s}  graphs")
     for name, r in rows.items():
         if "run_steps_per_s" not in r:
-            print(f"  {name:22s} {'—':>12s} {'':>10s} {'':>11s} {'':>9s}  {r.get('status', 'not measured')}")
+            print(f"  {name:22s} {'—':>12s} {'':>10s} {'':>11s} {'':>9s} {'':>25s}  {r.get('status', 'not measured')}")
             continue
         ratio = r["run_steps_per_s"] / base if base else float("nan")
         r["speedup_vs_unpacked"] = ratio
         b = busy_rows.get(name, {}).get("gpu_busy")
         busy = f"{b:.0%}" if b is not None else ""
+        peak, model = r.get("max_memory_allocated_gb"), r.get("modelled_memory_gb")
+        mem = (f"{peak:.2f} / {model:.2f} (×{peak / model:.2f})" if peak is not None and model
+               else f"— / {model:.2f}" if model else "")
         print(f"  {name:22s} {r['run_steps_per_s']:12,.1f} {ratio:10.2f} {r['projected_paper_grid_h']:9.1f} h "
-              f"{busy:>9s}  {r.get('graph_status', '')}")
+              f"{busy:>9s} {mem:>25s}  {r.get('graph_status', '')}")
     for r in rows.values():
         ref = rows.get(r.get("vs") or "", {})
         if "run_steps_per_s" in r and "run_steps_per_s" in ref:

@@ -1,10 +1,13 @@
 """Each ``bench/gpu.sh`` section's time budget, derived from what it runs.
 
-    python -m bench.gpu_plan [--out DIR] [--no-count]    the plan table → DIR/plan.json
+    python -m bench.gpu_plan [--out DIR] [--no-count] [--tests FILES]    the plan table → DIR/plan.json
 
 A budget is the need × ``MARGIN`` + ``SLACK_S``; a need is what the section's processes run — their
 start-up, the training steps and probes each one takes — times a per-step estimate of the GPU:
 
+- the GPU tests (section ``tests``, run first) are **counted**: the cases ``pytest -m gpu`` collects
+  from gpu.sh's test files, each at ``GUESS["gpu_test_s"]`` (a ``compile`` case at
+  ``GUESS["compile_test_s"]``), so their time is in the call's budget like any section's;
 - ops per training step are **measured** here, on the CPU at a tiny width with the paper depth and
   the pack sizes (a ``TorchDispatchMode`` counts the ATen ops of a step; width does not change the
   count, so it is the paper step's); ``--no-count`` uses ``OPS_FALLBACK`` instead;
@@ -14,7 +17,9 @@ start-up, the training steps and probes each one takes — times a per-step esti
   step adds M·L decompositions.
 
 gpu.sh reads ``DIR/plan.json`` (no torch import), clips each budget to what is left of the call,
-and the report sets each section's actual seconds beside its budget.
+and the report sets each section's actual seconds beside its budget. A call that names no section
+runs those that fit in ``BUDGET_S``, in ``SECTIONS`` order (``call_sections``), and names the rest
+for a second call.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import argparse
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +47,22 @@ GUESS = {
     "old_probe_s": 5.0,     # the per-layer probe it replaced (bench.probe_cost compares with it)
     "compile_s": 90.0,     # torch.compile of a pack of 36 (dynamo + inductor, cold cache)
     "ray_start_s": 15.0,   # a sweep's ray.init and Tune's set-up
+    "gpu_test_s": 2.0,     # one GPU test case: three tiny trainers of 12 steps, one recording, in one process
+    "compile_test_s": 60.0,  # a GPU test case that compiles (torch.compile, cold cache)
 }
 MARGIN, SLACK_S = 1.3, 8.0
 #: ops per training step at depth 6 (none; M = 1 eager ~ unpacked) when not counted (--no-count)
 OPS_FALLBACK = {1: 1700, 12: 1750, 36: 1800}
 DEPTH, D, D_MLP, CONTEXT, BATCH, VOCAB = 6, 256, 1024, 128, 64, 1758
+#: the GPU tests gpu.sh runs first (its GPU_TESTS)
+GPU_TESTS = ("tests/test_model_graphs_cuda.py",)
+#: GPU test cases when they cannot be counted (pytest missing, a collection error)
+TESTS_FALLBACK = {"cases": 40, "compile": 1}
+#: gpu.sh's sections, in the order a call runs them (tests first: proven before timed)
+SECTIONS = ("tests", "clamp", "throughput", "probe", "equivalence", "sweep")
 #: the default total of one call (gpu.sh's BUDGET_S): under 8 minutes of a 10-minute device call
 BUDGET_S = 470
-THROUGHPUT_ALONE_S = 240  # `bash bench/gpu.sh throughput` alone, for a re-run
+THROUGHPUT_ALONE_S = 255  # `bash bench/gpu.sh throughput` alone, for a re-run (its 222 s and the call's overhead)
 
 
 def flops_per_step(m: int, depth: int = DEPTH) -> float:
@@ -91,6 +106,21 @@ def count_ops(sizes: tuple[int, ...] = (1, 12, 36), depth: int = DEPTH) -> dict[
         torch.set_num_threads(threads)
 
 
+def count_gpu_tests(files: tuple[str, ...] = GPU_TESTS) -> dict[str, int] | None:
+    """The cases ``pytest -m gpu`` collects from ``files`` (skipped without CUDA, but collected):
+    {"cases": all, "compile": those whose id names compile}; None when collection fails."""
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+           "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), *files]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    if proc.returncode != 0 or not ids:
+        return None
+    return {"cases": len(ids), "compile": sum("compile" in line.split("::")[-1] for line in ids)}
+
+
 def step_s(m: int, ops: dict[int, float], graphs: bool, clamp: bool = False, depth: int = DEPTH) -> float:
     """The estimated GPU time of one training step of M members."""
     launch = ops.get(m, max(ops.values())) * GUESS["graph_op_us" if graphs else "eager_op_us"] * 1e-6
@@ -107,8 +137,9 @@ def variant_s(m: int, ops: dict[int, float], graphs: bool, steps: int, seconds: 
     return procs * GUESS["build_s"] + record + epoch + max(seconds, epoch) + epoch
 
 
-def plan(ops: dict[int, float], seconds: float = 3.0) -> dict[str, Any]:
-    """Every item of every section: what it runs, its estimated need and its budget (seconds)."""
+def plan(ops: dict[int, float], seconds: float = 3.0, tests: dict[str, int] | None = None) -> dict[str, Any]:
+    """Every item of every section: what it runs, its estimated need and its budget (seconds).
+    ``tests``: ``count_gpu_tests``' count (None: ``TESTS_FALLBACK``, said so)."""
     from bench.gpu_packing import GROUPS, OPTIONAL, VARIANTS  # no torch import
 
     items: dict[str, dict[str, Any]] = {}
@@ -116,6 +147,12 @@ def plan(ops: dict[int, float], seconds: float = 3.0) -> dict[str, Any]:
     def add(section: str, name: str, need: float, what: str, optional: bool = False) -> None:
         items[name] = {"section": section, "need_s": round(need, 1), "what": what, "optional": optional,
                        "budget_s": int(math.ceil(need * MARGIN + SLACK_S))}
+
+    counted = tests or TESTS_FALLBACK
+    add("tests", "gpu-tests", GUESS["startup_s"] + (counted["cases"] - counted["compile"]) * GUESS["gpu_test_s"]
+        + counted["compile"] * GUESS["compile_test_s"],
+        f"pytest -m gpu: {counted['cases']} cases{', counted' if tests else ' (not counted: a guess)'}, "
+        f"{counted['compile']} compiling")
 
     for group, names in GROUPS.items():
         if group == "busy":
@@ -158,12 +195,14 @@ def plan(ops: dict[int, float], seconds: float = 3.0) -> dict[str, Any]:
     for name, item in items.items():
         order.setdefault(item["section"], []).append(name)
     return {"guess": GUESS, "margin": MARGIN, "slack_s": SLACK_S, "ops_per_step": ops, "seconds_per_variant": seconds,
+            "gpu_tests": tests,
             "step_s": {f"M={m} {'graphed' if g else 'eager'}": step_s(m, ops, g) for m in ops for g in (False, True)},
             "items": items, "order": order, "sections": sections, "total_s": sum(sections.values())}
 
 
-#: seconds of a call outside its sections: the plan (counting ops), the CUDA check, the report
-OVERHEAD_S = 15
+#: seconds of a call outside its sections: the prerequisites, the plan (counting ops and GPU tests), the CUDA
+#: check, the report (about 20 s on the 2-core CPU machine)
+OVERHEAD_S = 30
 
 
 def call_budget(p: dict[str, Any], sections: list[str]) -> int:
@@ -172,9 +211,29 @@ def call_budget(p: dict[str, Any], sections: list[str]) -> int:
     of optional items only (the sweep) counts them: asked for, it must be able to run."""
     total = OVERHEAD_S
     for s in sections:
-        items = [p["items"][name] for name in p["order"].get(s, [])]
-        total += p["sections"].get(s) or sum(it["budget_s"] for it in items)
+        total += section_s(p, s)
     return min(BUDGET_S, total)
+
+
+def section_s(p: dict[str, Any], section: str) -> int:
+    """A section's budget in a call: its non-optional items', or all its items' if it has no other."""
+    items = [p["items"][name] for name in p["order"].get(section, [])]
+    return p["sections"].get(section) or sum(it["budget_s"] for it in items)
+
+
+def call_sections(p: dict[str, Any], budget: int = BUDGET_S) -> tuple[list[str], list[str]]:
+    """(the sections a call that names none runs, those left for a second call): ``SECTIONS`` in
+    order, each taken while the call's budgets stay within ``budget`` (gpu.sh's ``BUDGET_S``); an
+    optional-only section (the sweep) is taken at no cost (it runs only with its need left)."""
+    total, now, later = OVERHEAD_S, [], []
+    for s in SECTIONS:
+        cost = p["sections"].get(s, 0)
+        if total + cost <= budget:
+            now.append(s)
+            total += cost
+        else:
+            later.append(s)
+    return now, later
 
 
 def show(p: dict[str, Any]) -> None:
@@ -194,17 +253,26 @@ def show(p: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu_plan", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out")))
-    ap.add_argument("--no-count", action="store_true", help="use OPS_FALLBACK instead of counting ops")
+    ap.add_argument("--no-count", action="store_true", help="use OPS_FALLBACK instead of counting ops (CPU_CHECK=1)")
     ap.add_argument("--seconds", type=float, default=3.0, help="timed seconds per throughput variant")
+    ap.add_argument("--tests", default=" ".join(GPU_TESTS), help="the GPU test files (gpu.sh's GPU_TESTS)")
     ap.add_argument("--budget-of", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--call-budget", type=int, default=None, help=argparse.SUPPRESS)  # gpu.sh's BUDGET_S, if set
     args = ap.parse_args(argv)
     ops = dict(OPS_FALLBACK) if args.no_count else count_ops()
-    p = plan(ops, args.seconds)
+    tests = count_gpu_tests(tuple(args.tests.split()))
+    p = plan(ops, args.seconds, tests)
     show(p)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(p, indent=2) + "\n")
-    if args.budget_of:  # gpu.sh: the default budget of a call running these sections
+    if args.budget_of == "auto":  # gpu.sh without sections: those that fit, and the rest for later
+        now, later = call_sections(p, args.call_budget or BUDGET_S)
+        print(f"BUDGET {args.call_budget or call_budget(p, now)}")
+        print(f"SECTIONS {' '.join(now)}")
+        if later:
+            print(f"LATER {' '.join(later)}")
+    elif args.budget_of:  # gpu.sh: the default budget of a call running these sections
         print(f"BUDGET {call_budget(p, args.budget_of.split())}")
     return p
 

@@ -19,6 +19,14 @@ Prints, by simulation, the rates that the scorecard's words carry:
 4. **Power at the paper's effect sizes**: the chance that a claim is decided as predicted, at the
    paper preset's seed counts and family, for the per-seed standardised effects the paper's Table 3
    implies, and over a range of effects.
+5. **Another factor only**: stores whose layer metrics depend on the model's depth alone (no effect
+   of a layer's position), at the demo's depths and seeds and at the paper's: how often each layer
+   category claim is decided, beside the pooled statistic the scorecard used before (its t test at
+   the family's Bonferroni level).
+6. **Gap growth under unequal spreads**: no init differs, the deepest depth's runs spread 2× (and 3×)
+   the shallowest's: how often the paper's (x − max u) difference and the bracketed test decide it.
+7. **The laws the t test needs**: sections 2 and 3 run normal, heavy-tailed (t₃), skewed, light-tailed
+   (uniform) and bimodal (±1 + N(0, 0.3²)) per-seed statistics; the guarantee is for normal ones.
 
 Each rate is printed with its Monte-Carlo standard error.
 """
@@ -160,6 +168,59 @@ def store_level(reps: int, law: str) -> dict[str, Any]:
             "by_claim": {k: v / reps for k, v in sorted(decided.items(), key=lambda kv: -kv[1]) if v}}
 
 
+DEPTH_ONLY = {"depth.qk_erank": 2.0, "depth.attn_entropy": 0.5, "depth.pr_q": 2.0}
+
+
+def depth_only(reps: int, depths: tuple[int, ...], seeds: tuple[int, ...]) -> dict[str, Any]:
+    """Stores whose final layer metrics depend on the model's depth only: each category claim's
+    decision rate through the scorecard, and the pooled (run, layer) contrast's at α/m."""
+    from analysis import scorecard as sc
+    from analysis.compute import compute_all
+    from analysis.frames import final_rows, layer_category
+    from sweep.synthetic.effects import make_effect_store
+
+    ids = ("categories.late_mid.qk_erank", "categories.late_mid.pr_q", "categories.early_mid.attn_entropy",
+           "categories.early_mid.qk_erank")
+    new = dict.fromkeys(ids, 0)
+    old = dict.fromkeys(ids, 0)
+    fam = 0
+    for r in range(reps):
+        tables = make_effect_store(DEPTH_ONLY, depths=depths, seeds=seeds, epochs=6, iv_epochs=3, rng_seed=5000 + r)
+        rows = {row.id: row for row in sc.build_scorecard(compute_all(tables, preset="demo"), "demo", False)}
+        m = sum(row.block == "counted" and row.p_adj is not None for row in rows.values())
+        lay = tables["layers"]
+        fin = final_rows(lay[lay["sweep"] == "baseline"])
+        fin = fin.assign(category=layer_category(fin["layer"], fin["depth"]))
+        hit = False
+        for cid in ids:
+            hi, lo = cid.split(".")[1].split("_")
+            metric = cid.split(".")[2]
+            new[cid] += rows[cid].verdict in (REPRODUCED, REVERSED)
+            hit |= rows[cid].verdict in (REPRODUCED, REVERSED)
+            means = fin.groupby(["seed", "category"])[metric].mean().unstack()
+            if hi in means and lo in means:
+                old[cid] += t_test((means[hi] - means[lo]).to_numpy()).p <= ALPHA / m
+        fam += hit
+    return {"depths": list(depths), "seeds": len(seeds), "reps": reps, "decided": {k: v / reps for k, v in new.items()},
+            "pooled_decided": {k: v / reps for k, v in old.items()}, "any_category_decided": fam / reps}
+
+
+def gap_growth(rng, reps: int, n: int, ratio: float) -> dict[str, Any]:
+    """No init differs at either depth; the deep depth's runs spread ``ratio`` × the shallow's. Rate of
+    decisions at α (one claim) by the paper's x − max at both depths and by the bracketed test."""
+    from analysis.inference import against_test
+
+    x4, u4 = rng.standard_normal((reps, n)), rng.standard_normal((reps, 2, n))
+    x8, u8 = ratio * rng.standard_normal((reps, n)), ratio * rng.standard_normal((reps, 2, n))
+    plain = (x8 - u8.max(1)) - (x4 - u4.max(1))
+    low, high = (x8 - u8.max(1)) - (x4 - u4.min(1)), (x8 - u8.min(1)) - (x4 - u4.max(1))
+    p_old, sign = t_pvalues(plain)
+    p_new = np.array([against_test(lo, hi, 0.0, +1).p for lo, hi in zip(low, high, strict=True)])
+    return {"seeds": n, "ratio": ratio, "reps": reps, "mean_plain": float(plain.mean()),
+            "old_decided": float((p_old <= ALPHA).mean()), "old_reversed": float(((p_old <= ALPHA) & (sign < 0)).mean()),
+            "new_decided": float((p_new <= ALPHA).mean())}
+
+
 def power_table(rng, reps: int, m: int, n: int) -> list[dict[str, Any]]:
     """P(decided as predicted) for one claim of effect d in a family of m whose other claims are null."""
     out = []
@@ -184,7 +245,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     reps, store_reps = (200, 1) if args.tiny else (2000, 10) if args.quick else (args.reps, args.store_reps)
-    laws = ("normal",) if args.tiny else ("normal", "t3", "skewed")
+    laws = ("normal",) if args.tiny else ("normal", "t3", "skewed", "uniform", "bimodal")
     rng = np.random.default_rng(20261206)
     t0 = time.perf_counter()
     out: dict[str, Any] = {"alpha": ALPHA}
@@ -238,6 +299,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out["power_demo"] = power_table(rng, reps, sizes["demo"], n_demo)
     print(f"   the demo ({n_demo} seeds, family of {sizes['demo']}): "
           + ", ".join(f"d {r['d']:g}: {r['power']:.2f}" for r in out["power_demo"] if r["effect"].startswith("d =")))
+
+    from sweep.presets import CONFIRMATORY_SEEDS, DEMO_DEPTHS, PAPER_SEEDS
+
+    depth_reps = 1 if args.tiny else max(store_reps // 4, 5)
+    print(f"\n5. another factor only: layer metrics that depend on the model's depth alone ({depth_reps} stores a grid):")
+    out["depth_only"] = [depth_only(depth_reps, DEMO_DEPTHS, CONFIRMATORY_SEEDS),
+                         depth_only(depth_reps, (4, 6, 8), PAPER_SEEDS)]
+    for r in out["depth_only"]:
+        print(f"   depths {r['depths']}, {r['seeds']} seeds: any category claim decided {r['any_category_decided']:.3f} "
+              f"(target ≤ {ALPHA}); per claim " + ", ".join(
+                  f"{k.split('.', 1)[1]} {v:.3f} (pooled before: {r['pooled_decided'][k]:.2f})"
+                  for k, v in r["decided"].items()))
+
+    print(f"\n6. gap growth, no init differs, the deepest depth's runs spread more ({reps // 4} experiments a row):")
+    out["gap_growth"] = [gap_growth(rng, max(reps // 4, 100), n, ratio) for ratio in (2.0, 3.0) for n in (6, 20, 50)]
+    for r in out["gap_growth"]:
+        print(f"   σ ratio {r['ratio']:g}, {r['seeds']:>2} seeds: x − max at both depths decided {r['old_decided']:.3f} "
+              f"(reversed {r['old_reversed']:.3f}; its mean {r['mean_plain']:+.3f}); bracketed {r['new_decided']:.3f} "
+              f"(target ≤ {ALPHA}, MC error ≈ {se(ALPHA, r['reps']):.3f})")
 
     worst = max(r["fwer"] for r in out["per_claim"] if r["law"] == "normal")
     out["seconds"] = time.perf_counter() - t0

@@ -2,10 +2,14 @@
 
 ``clamp_spectrum`` is the clamp itself, for a whole batch of matrices in one decomposition call
 (all L layers of a run, all M·L of a pack). How it decomposes is a class setting of
-``KSpectrumClamp`` (``method``, ``decomp_device``), not a strength: every method gives the same
-values to float64 rounding (tests/test_interventions_spectrum.py checks 600 steps against the
-clamp as it was before the batched one), they differ in cost only, and a GPU run picks the cheapest
-(``bench/clamp_cost.py``, run by ``bench/gpu.sh``).
+``KSpectrumClamp`` (``method``, ``decomp_device``), not a strength: every method gives the clamp
+within 1e-6 of the SVD's (eigh to float64 rounding, refine to ~2e-8; tests/test_interventions_spectrum.py
+checks 600 steps against the clamp as it was before the batched one), they differ in cost only.
+Both default to ``"auto"`` (``choose``): on the CPU, eigh there (no timing); on a GPU, the fastest
+method and device (the GPU's, or the CPU's with one copy there and back) measured once, at the
+first step, on a few of the run's own matrices, as ``metrics.probe.decomposition_device`` chooses
+the probe's (``bench/clamp_cost.py``, run by ``bench/gpu.sh``, measures them all and the plan's
+cost factor).
 
 torch is imported by the functions that compute, not by the module: the registry (a parser reads
 it) loads without torch.
@@ -13,6 +17,7 @@ it) loads without torch.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -27,6 +32,13 @@ if TYPE_CHECKING:
 METHODS = ("eigh", "svd", "refine")
 #: Ogita–Aishima refinement steps after the float32 eigh of ``method="refine"``
 REFINE_STEPS = 2
+#: ``KSpectrumClamp.method`` / ``decomp_device``: chosen at run time (``choose``)
+AUTO = "auto"
+#: the matrices ``choose`` times each candidate on (a decomposition's cost grows with their number,
+#: on either device: cuSOLVER takes 256×256 matrices one call each, as LAPACK does)
+CALIBRATION_MATRICES = 8
+#: ``choose``'s pick per (device, D, threads, candidates), for the process
+_AUTO_CHOICE: dict[tuple[object, ...], tuple[str, str | None]] = {}
 
 
 def _refine(a: Tensor, x: Tensor) -> Tensor:
@@ -101,6 +113,60 @@ def clamp_spectrum(w: Tensor, sigma0: Tensor, method: str = "eigh", device: str 
     return torch.where(finite, clamped, w.detach().to(clamped)).to(home)
 
 
+def choose(w: Tensor, sigma0: Tensor, method: str = AUTO, place: str | None = AUTO) -> tuple[str, str | None]:
+    """(method, decomposition device) for ``clamp_spectrum`` of w [..., D, D] (sigma0 [..., D]).
+
+    ``method`` and ``place`` as set (``"cpu"``, None: the weights' device), or ``AUTO``: on the CPU,
+    eigh there, untimed (the clamp as it always ran there); on another device, the fastest candidate
+    on ``CALIBRATION_MATRICES`` of w's own matrices (``fastest``), chosen once per device, width,
+    thread count and candidate set, and kept for the process."""
+    import torch
+
+    methods = METHODS if method == AUTO else (method,)
+    places: tuple[str | None, ...] = (None, "cpu") if place == AUTO else (place,)
+    if len(methods) == 1 and len(places) == 1:
+        return methods[0], places[0]
+    if w.device.type == "cpu":
+        return ("eigh" if method == AUTO else method), None
+    key = (str(w.device), w.shape[-1], torch.get_num_threads(), methods, places)
+    if key not in _AUTO_CHOICE:
+        n = CALIBRATION_MATRICES
+        sample = w.detach().reshape(-1, *w.shape[-2:])[:n]
+        _AUTO_CHOICE[key] = fastest(sample, sigma0.reshape(-1, sigma0.shape[-1])[:n],
+                                    [(m, p) for m in methods for p in places])
+    return _AUTO_CHOICE[key]
+
+
+def chosen(device: str) -> tuple[str, str | None] | None:
+    """The last (method, device) ``choose`` timed its way to on ``device`` (None: none yet)."""
+    picks = [how for key, how in _AUTO_CHOICE.items() if key[0] == device]
+    return picks[-1] if picks else None
+
+
+def fastest(w: Tensor, sigma0: Tensor, candidates: Sequence[tuple[str, str | None]]) -> tuple[str, str | None]:
+    """The candidate (method, device) that clamps w [N, D, D] in the fewest wall seconds, the copies
+    to and from the device included: the best of two timed calls after an untimed one (the first
+    listed on a tie)."""
+    seconds = {c: _seconds(w, sigma0, *c) for c in candidates}
+    return min(seconds, key=seconds.__getitem__)
+
+
+def _seconds(w: Tensor, sigma0: Tensor, method: str, place: str | None) -> float:
+    import torch
+
+    def run() -> float:
+        if w.device.type == "cuda":
+            torch.cuda.synchronize(w.device)
+        t0 = time.perf_counter()
+        clamp_spectrum(w, sigma0, method, place)
+        if w.device.type == "cuda":
+            torch.cuda.synchronize(w.device)
+        return time.perf_counter() - t0
+
+    run()
+    return min(run(), run())
+
+
 @register
 @dataclass
 class KSpectrumClamp(Intervention):
@@ -118,10 +184,10 @@ class KSpectrumClamp(Intervention):
     pack_aware: ClassVar[bool] = True
     graph_safe: ClassVar[bool] = True
     predicted: ClassVar[dict[str, int]] = {"attn_entropy": +1, "logit_std": -1, "qk_erank": +1}
-    #: how ``clamp_spectrum`` decomposes (``METHODS``); the same values, another cost
-    method: ClassVar[str] = "eigh"
-    #: where: None = the weights' device, or "cpu" (one copy there and back per step)
-    decomp_device: ClassVar[str | None] = None
+    #: how ``clamp_spectrum`` decomposes (``METHODS``, or ``AUTO``: ``choose``); the same clamp, another cost
+    method: ClassVar[str] = AUTO
+    #: where: None = the weights' device, "cpu" (one copy there and back per step), or ``AUTO`` (``choose``)
+    decomp_device: ClassVar[str | None] = AUTO
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -145,7 +211,8 @@ class KSpectrumClamp(Intervention):
             raise RuntimeError("k_spectrum_clamp: after_step called before setup(model)")
         with torch.no_grad():
             weights = self._weights(model)
-            clamped = clamp_spectrum(torch.stack(weights), self.sigma0, self.method, self.decomp_device)  # (L, D, D)
+            w = torch.stack(weights)  # (L, D, D)
+            clamped = clamp_spectrum(w, self.sigma0, *choose(w, self.sigma0, self.method, self.decomp_device))
             for w, new in zip(weights, clamped, strict=True):
                 w.copy_(new)  # cast back to the parameter's dtype
 
@@ -161,7 +228,8 @@ class KSpectrumClamp(Intervention):
         with torch.no_grad():
             stacked = [params[f"blocks.{layer}.attn.k_proj.weight"] for layer in range(len(models[0].blocks))]
             sigma0 = torch.stack([iv.sigma0 for iv in members])  # (M, L, D)
-            clamped = clamp_spectrum(torch.stack(stacked, dim=1), sigma0, cls.method, cls.decomp_device)  # (M, L, D, D)
+            w = torch.stack(stacked, dim=1)  # (M, L, D, D)
+            clamped = clamp_spectrum(w, sigma0, *choose(w, sigma0, cls.method, cls.decomp_device))  # (M, L, D, D)
             for layer, weight in enumerate(stacked):
                 weight.copy_(clamped[:, layer])
 

@@ -127,6 +127,10 @@ EPOCH_METRICS: tuple[str, ...] = ("train_loss", "val_loss", "grad_norm", "wall_s
 #: Columns the checkpoint probe measures (SPEC §7): the activation columns, no weights.
 CHECKPOINT_METRICS: tuple[str, ...] = ACTIVATION_METRICS
 
+#: How a checkpoint row was measured (SPEC §6, §7 "Probe settings"): probe sequences, tokens per
+#: sequence, the probe text's sha256 and the transformers version that loaded and ran the model.
+CHECKPOINT_SETTINGS: tuple[str, ...] = ("probe_n_seqs", "probe_seq_len", "probe_text_sha256", "transformers_version")
+
 #: One row of ``metrics.hf_probe.probe_hf_model``, in order: the layer (int), the
 #: checkpoint metrics, and ``dtype`` (a string: the dtype the probe computed in).
 CHECKPOINT_PROBE_ROW: tuple[str, ...] = ("layer", *CHECKPOINT_METRICS, "dtype")

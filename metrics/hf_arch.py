@@ -186,6 +186,10 @@ class ArchAdapter:
     tiny: Mapping[str, Any] = field(default_factory=dict)
     heads: Callable[[Any], Heads] = config_heads
     qk_norm: str | None = None  # where Q/K norms sit, when the family has them
+    #: regexes of tensors older checkpoints of the family store that are no weights (constant buffers this
+    #: transformers no longer has): a stored one is dropped, as from_pretrained drops ``attn.bias``
+    #: (``metrics.hf_files.ignored_unexpected``); any other tensor without a place fails the revision
+    stale: tuple[str, ...] = ()
 
     def layer_taps(self, model: nn.Module) -> list[tuple[nn.Module, list[Tap]]]:
         """(attention module, its taps) per decoder layer, embedding side first."""
@@ -207,6 +211,7 @@ ADAPTERS: dict[str, ArchAdapter] = {
             "scale_attn_by_inverse_layer_idx",
             tiny={"vocab_size": 100, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64,
                   "bos_token_id": 0, "eos_token_id": 0},
+            stale=(r"(^|\.)attn\.masked_bias$",),  # transformers < 4.2x saved it (-1e4), 5.x has no such buffer
         ),
         ArchAdapter(
             "gpt_neox", "GPT-NeoX (Pythia)", blocks("layers"), "attention", fused_per_head("query_key_value"),

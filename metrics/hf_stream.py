@@ -23,13 +23,13 @@ module objects (``assign`` swaps tensors, not modules), so the rows equal the wh
 probe's on float32 weights (tests/test_metrics_hf_stream.py checks every supported family).
 Weights are cast to float32 tensor by tensor as they are read. The unembedding is never run.
 
-Checkpoint names are the model's own state-dict names, with or without the base model's prefix
-(a checkpoint saved from ``GPT2Model`` has ``h.0.…``); tensors the model does not have (old
-GPT-2 / GPT-NeoX ``attn.bias`` masks, a stored ``rotary_emb.inv_freq``) are ignored, as
-``from_pretrained`` ignores them; a parameter the files lack is an error naming it.
-transformers' load-time renames (``LayerNorm.gamma`` → ``.weight``) are not applied: no
-supported family's checkpoints need them (``--probe-mode whole`` loads through
-``from_pretrained``). Pickled ``*.bin`` weights are not streamed.
+Stored names map to the model's keys as ``from_pretrained`` maps them (``metrics.hf_files.key_map``:
+the family's renames such as GPT-NeoX's ``embed_out`` → ``lm_head``, the base model's prefix added or
+stripped — a checkpoint saved from ``GPT2Model`` has ``h.0.…`` —, a tied input embedding stored
+under the output embedding's name). Before any block runs, the files are checked to load as shipped:
+a missing parameter, a tensor without a place (old masks and ``rotary_emb.inv_freq`` excepted, as
+``from_pretrained`` drops them), a wrong shape or an integer weight is a ``CheckpointError`` naming
+the tensor and its file. Pickled ``*.bin`` weights are not streamed.
 
 ``probe_memory`` estimates the bytes either probe needs, from the config alone (its meta
 model's parameter counts), which is how ``sweep.extension`` chooses between them.
@@ -48,6 +48,14 @@ import torch
 from torch import Tensor, nn
 
 from metrics.hf_arch import adapter_for
+from metrics.hf_files import (
+    KeyMap,
+    WeightSet,
+    key_map,
+    local_weights,
+    open_safetensors,
+    tensor_table,
+)
 from metrics.hf_probe import PROBE_DTYPE, probe_pass
 
 __all__ = ["ProbeMemory", "WeightFiles", "meta_model", "probe_memory", "probe_streamed", "return_large_frees"]
@@ -72,42 +80,41 @@ class WeightFiles:
     """The tensors of a revision's safetensors files: name → file, read a few at a time.
 
     A file is opened (memory-mapped) for one read and closed after it, so what a read touched
-    does not stay in the process's resident memory.
+    does not stay in the process's resident memory. ``bind(model)`` checks that the files load into
+    the model as shipped (``metrics.hf_files.key_map``) and maps its keys to stored names.
     """
 
-    def __init__(self, paths: Sequence[str | Path]) -> None:
-        from safetensors import safe_open
-
-        self.where: dict[str, Path] = {}
-        for path in sorted(map(Path, paths)):
+    def __init__(self, paths: Sequence[str | Path] | WeightSet) -> None:
+        self.weights = paths if isinstance(paths, WeightSet) else None
+        files = list(paths.files) if isinstance(paths, WeightSet) else sorted(map(Path, paths))
+        for path in files:
             if path.suffix != ".safetensors":
                 raise ValueError(f"{path.name}: the layer-streamed probe reads safetensors only")
-            with safe_open(str(path), framework="pt") as f:
-                for name in f.keys():
-                    if name in self.where:
-                        raise ValueError(f"tensor {name!r} is in both {self.where[name].name} and {path.name}")
-                    self.where[name] = path
-        if not self.where:
-            raise ValueError("no tensors in the weight files")
+        self.table = tensor_table(files)
+        self.where: dict[str, Path] = {name: info.path for name, info in self.table.items()}
+        self.keys: KeyMap | None = None
+
+    def bind(self, model: nn.Module) -> KeyMap:
+        """Check the files against ``model`` (a ``CheckpointError`` naming the tensor and file when they
+        do not load as shipped); afterwards ``resolve`` follows from_pretrained's mapping."""
+        if self.keys is None:
+            self.keys = key_map(model, self.table, self.weights)
+        return self.keys
 
     def read(self, names: Mapping[str, str], device: torch.device) -> dict[str, Tensor]:
         """{key: float32 tensor on ``device``} for {key: checkpoint name}, each file opened once."""
-        from safetensors import safe_open
-
         out: dict[str, Tensor] = {}
         by_file: dict[Path, list[tuple[str, str]]] = {}
         for key, name in names.items():
             by_file.setdefault(self.where[name], []).append((key, name))
         for path, wanted in by_file.items():
-            with safe_open(str(path), framework="pt") as f:
+            with open_safetensors(path) as f:
                 for key, name in wanted:
                     out[key] = f.get_tensor(name).to(device=device, dtype=PROBE_DTYPE)
         return out
 
     def rows(self, name: str, ids: Tensor, device: torch.device) -> Tensor:
         """Rows ``ids`` (sorted, unique, int64) of the 2-D tensor ``name`` as float32 [len(ids), D]."""
-        from safetensors import safe_open
-
         ids_list = ids.tolist()
         runs: list[tuple[int, int]] = []  # [start, stop) of consecutive ids
         for i in ids_list:
@@ -115,22 +122,21 @@ class WeightFiles:
                 runs[-1] = (runs[-1][0], i + 1)
             else:
                 runs.append((i, i + 1))
-        with safe_open(str(self.where[name]), framework="pt") as f:
+        with open_safetensors(self.where[name]) as f:
             table = f.get_slice(name)
             n_rows = table.get_shape()[0]
             if ids_list and not 0 <= ids_list[0] <= ids_list[-1] < n_rows:
-                raise ValueError(f"token ids {ids_list[0]}..{ids_list[-1]} outside {name}'s {n_rows} rows")
+                raise ValueError(f"token ids {ids_list[0]}..{ids_list[-1]} outside the {n_rows} rows of {name} "
+                                 f"in {self.where[name].name}")
             parts = [table[a:b].to(device=device, dtype=PROBE_DTYPE) for a, b in runs]
         return torch.cat(parts)
 
-    def resolve(self, name: str, prefix: str) -> str | None:
-        """The checkpoint's name for the model's tensor ``name``: as it is, without the base model's
-        ``prefix.``, or with it; None when the files lack it."""
-        short = name.removeprefix(prefix + ".") if prefix else name
-        for candidate in (name, short, f"{prefix}.{name}" if prefix else name):
-            if candidate in self.where:
-                return candidate
-        return None
+    def resolve(self, name: str) -> str | None:
+        """The stored name of the model's tensor ``name`` (from_pretrained's mapping: a tied weight may be
+        stored under its partner's name); None when the files lack it. Needs ``bind`` first."""
+        if self.keys is None:
+            raise RuntimeError("WeightFiles.resolve before bind(model)")
+        return self.keys.names.get(name)
 
 
 def meta_model(config: Any) -> nn.Module:
@@ -174,7 +180,7 @@ def streaming(model: nn.Module, files: WeightFiles, input_ids: Tensor) -> Iterat
     """Make ``model`` (from ``meta_model``) runnable on ``input_ids`` [B, T] with its blocks read
     from ``files`` one at a time (see the module docstring); yields the pass to run."""
     device = input_ids.device
-    prefix = model.base_model_prefix if model.base_model is not model else ""
+    files.bind(model)  # the files load into the model as shipped, or a CheckpointError names the tensor
     blocks = list(adapter_for(model.config.model_type).layers(model))
     where = {id(m): name for name, m in model.named_modules()}
     embed = model.get_input_embeddings()
@@ -196,15 +202,15 @@ def streaming(model: nn.Module, files: WeightFiles, input_ids: Tensor) -> Iterat
             full = f"{base_name}.{name}".strip(".")
             names = [f"{full}.{k}" if full else k for k in own]
             if names:
-                _load_own(module, names, full, files, prefix, device, buffer_names)
-        found = files.resolve(embed_weight, prefix)
+                _load_own(module, names, full, files, device, buffer_names)
+        found = files.resolve(embed_weight)
         if found is None:
             raise ValueError(f"the weight files lack the input embedding {embed_weight}")
         embed.weight = nn.Parameter(files.rows(found, unique, device), requires_grad=False)
         for block in blocks:
             name = where[id(block)]
             pre = block.register_forward_pre_hook(
-                lambda m, _args, n=name: _load_own(m, _names(m, n), n, files, prefix, device, buffer_names))
+                lambda m, _args, n=name: _load_own(m, _names(m, n), n, files, device, buffer_names))
             post = block.register_forward_hook(lambda m, _args, _out: _to_meta(m))
             stack.callback(pre.remove)
             stack.callback(post.remove)
@@ -222,40 +228,42 @@ def _ancestors(root: nn.Module, name: str) -> list[nn.Module]:
     return out
 
 
-def _load_own(module: nn.Module, names: list[str], name_of: str, files: WeightFiles, prefix: str,
-                device: torch.device, buffer_names: set[str]) -> None:
+def _load_own(module: nn.Module, names: list[str], name_of: str, files: WeightFiles, device: torch.device,
+              buffer_names: set[str]) -> None:
     """Read ``module``'s own tensors (``names``, full state-dict names) into it; a parameter the
     files lack is an error, a persistent buffer they lack keeps its initial value."""
     wanted, missing = {}, []
     for full in names:
-        found = files.resolve(full, prefix)
+        found = files.resolve(full)
         key = full.removeprefix(name_of + ".") if name_of else full
         if found is not None:
             wanted[key] = found
         elif full not in buffer_names:
             missing.append(full)
     if missing:
-        raise ValueError(f"the weight files lack {', '.join(missing[:4])} (--probe-mode whole loads through "
-                         "from_pretrained, which knows older names)")
+        raise ValueError(f"the weight files lack {', '.join(missing[:4])}")  # bind() names them first
     module.load_state_dict(files.read(wanted, device), strict=False, assign=True)
 
 
 @torch.no_grad()
-def probe_streamed(folder: str | Path, input_ids: Tensor, files: Sequence[str | Path] | None = None
+def probe_streamed(folder: str | Path, input_ids: Tensor, files: Sequence[str | Path] | WeightSet | None = None
                    ) -> list[dict[str, float]]:
     """The rows of ``probe_hf_model`` for the revision in ``folder``, one decoder block in memory
     at a time. input_ids: [B, T] int64 on the device to compute on; ``files``: its safetensors
-    (default: every ``*.safetensors`` in ``folder``)."""
+    (default: the ones from_pretrained loads, ``metrics.hf_files.local_weights``). Files that do not
+    load into the model as shipped are a ``CheckpointError`` before any block runs."""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
     adapter_for(getattr(config, "model_type", None))  # an unsupported family is refused before any read
-    paths = sorted(Path(folder).glob("*.safetensors")) if files is None else list(files)
-    if not paths:
-        raise ValueError(f"no *.safetensors in {folder}: the layer-streamed probe reads safetensors only")
+    if files is None:
+        files = local_weights(folder)
+        if files is None:
+            raise ValueError(f"no model.safetensors or model.safetensors.index.json in {folder}: the "
+                             "layer-streamed probe reads safetensors only")
     return_large_frees()
     model = meta_model(config)
-    with streaming(model, WeightFiles(paths), input_ids) as run:
+    with streaming(model, WeightFiles(files), input_ids) as run:
         return probe_pass(model, run)
 
 

@@ -18,6 +18,6 @@ def add_precision_flags(group: Any) -> None:
                        help="autocast on CUDA: auto (bf16 where the GPU has it natively, compute capability "
                        ">= 8.0; else fp16 with per-member loss scaling), bf16, fp16 or off; the CPU runs fp32")
     group.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
-                       help="replay each training step from a CUDA graph (CUDA only; fp16 trains eagerly)")
+                       help="replay each training step from a CUDA graph (CUDA only)")
     group.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
                        help="let fp32 matmuls use TF32 on CUDA")

@@ -12,6 +12,11 @@ replayed step starts from exactly the state the eager loop would have had.
 ``ForwardGraph`` does the same for a no-grad computation over fixed inputs (the validation
 loss). Anything that cannot be recorded raises ``GraphUnavailable`` with the reason; the
 trainers then train eagerly and say why in one line (``announce``).
+
+A trainer records both graphs into one memory pool (``backend.pool()``): each graph's
+temporaries die inside it (the step's gradients are dropped in the graph, the validation keeps
+only its output tensor), so the validation's temporaries reuse the step's memory instead of
+holding a second pool (``model.memory`` counts one).
 """
 
 from __future__ import annotations
@@ -36,11 +41,11 @@ def announce(what: str, reason: str) -> None:
 
 def refusal(device: torch.device, amp_dtype: torch.dtype | None, condition: object) -> str | None:
     """Why this run cannot be recorded before trying (None: it may be). ``condition``: the
-    intervention instance (its class's ``graph_safe``)."""
+    intervention instance (its class's ``graph_safe``). fp16 is recorded too: the loss scaler and the
+    skipped member's step stay on the device (``model.scaler``, ``model.optimiser``). ``amp_dtype``
+    is kept for the callers: no dtype is refused today."""
     if device.type != "cuda":
         return "not a CUDA device"
-    if amp_dtype == torch.float16:
-        return "fp16 autocast needs the loss scaler's host-side overflow check each step; use --amp bf16"
     if not type(condition).graph_safe:
         return (f"condition {type(condition).name!r} does not declare itself graph_safe "
                 "(interventions.base)")
@@ -48,7 +53,8 @@ def refusal(device: torch.device, amp_dtype: torch.dtype | None, condition: obje
 
 
 class _Snapshot:
-    """Copies of the trained tensors and the optimiser state, put back in place by ``restore``."""
+    """Copies of the trained tensors, of any other state the step writes (the loss scaler's) and of
+    the optimiser state, put back in place by ``restore``."""
 
     def __init__(self, params: Sequence[Tensor], optimizer: torch.optim.Optimizer) -> None:
         self.params = [(p, p.detach().clone()) for p in params]
@@ -85,11 +91,17 @@ class CudaGraphs:
         torch.cuda.current_stream().wait_stream(side)
 
     @staticmethod
-    def record(fn: Callable[[], Tensor | None]) -> Callable[[], Tensor | None]:
+    def pool() -> object:
+        """A new graph memory pool's token, for the graphs of one trainer to share."""
+        return torch.cuda.graph_pool_handle()
+
+    @staticmethod
+    def record(fn: Callable[[], Tensor | None], pool: object = None) -> Callable[[], Tensor | None]:
         """``replay()``: launch the recorded kernels and return the tensor ``fn`` returned while
-        recording (the same tensor every time, rewritten by the replay)."""
+        recording (the same tensor every time, rewritten by the replay). ``pool``: ``pool()``'s
+        token (None: a private pool)."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=pool):
             out = fn()
 
         def replay() -> Tensor | None:
@@ -112,16 +124,19 @@ class StepGraph:
 
     body(x, y): one step on the batch x, y [..., B, T] int64 (a pack: [M, B, T]) that reads and
     writes only device tensors, gradients included; ``params``: the trained tensors;
-    ``optimizer``: their AdamW, built with ``capturable=True``. What is recorded is the body
+    ``optimizer``: their AdamW, built with ``capturable=True``; ``pool``: the trainer's graph memory
+    pool (``CudaGraphs.pool``); ``state``: any other tensor the body writes that the warm-up must
+    leave as it was (the loss scaler's scales and growth trackers). What is recorded is the body
     followed by dropping the gradients (``zero_grad(set_to_none=True)``), as in the eager loop:
     each replay writes fresh gradients into the graph's own memory. ``replay`` copies the batch
     into the static buffers and launches the graph.
     """
 
     def __init__(self, body: Callable[[Tensor, Tensor], None], x: Tensor, y: Tensor,
-                 params: Sequence[Tensor], optimizer: torch.optim.Optimizer) -> None:
+                 params: Sequence[Tensor], optimizer: torch.optim.Optimizer, pool: object = None,
+                 state: Sequence[Tensor] = ()) -> None:
         self.x, self.y = x.clone(), y.clone()
-        snapshot = _Snapshot(params, optimizer)
+        snapshot = _Snapshot([*params, *state], optimizer)
 
         def step() -> None:
             body(self.x, self.y)
@@ -130,7 +145,7 @@ class StepGraph:
         try:
             backend.warm_up(step, WARMUP)
             snapshot.restore()
-            self._replay = backend.record(step)
+            self._replay = backend.record(step, pool)
         except Exception as exc:  # noqa: BLE001 - any failure to record means: train eagerly
             backend.synchronize()
             snapshot.restore()
@@ -147,11 +162,11 @@ class ForwardGraph:
     """A no-grad computation over fixed inputs recorded as a CUDA graph; ``replay()`` returns its
     output tensor (the same tensor each time, rewritten)."""
 
-    def __init__(self, fn: Callable[[], Tensor]) -> None:
+    def __init__(self, fn: Callable[[], Tensor], pool: object = None) -> None:
         try:
             with torch.no_grad():
                 backend.warm_up(fn, WARMUP)
-                self._replay = backend.record(fn)
+                self._replay = backend.record(fn, pool)
         except Exception as exc:  # noqa: BLE001
             backend.synchronize()
             raise GraphUnavailable(_reason("recording the validation loss", exc)) from exc

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 # the recipe's settings are plain data without torch (model/config.py); importing them from here keeps working
 from model.config import TrainConfig
+from model.optimiser import MemberAdamW
 
 
 def resolve_device(device: str) -> torch.device:
@@ -40,14 +41,24 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
 
 def set_tf32(enabled: bool, device: torch.device) -> None:
     """Let fp32 matmuls and convolutions on CUDA use TF32 (``enabled``) or not: called where a run
-    starts (``python -m model.train``, the sweep's trial), never as a side effect. PyTorch's
-    per-backend precision API only (mixing it with the legacy ``allow_tf32`` flags is an error);
-    the probe forces full precision for itself (``metrics.probe``). Nothing to do on the CPU."""
+    starts (``python -m model.train``, the sweep's trial), never as a side effect; the probe forces
+    full precision for itself (``metrics.probe``). Nothing to do on the CPU.
+
+    Both of PyTorch's APIs are written, to the same value: first the legacy flags
+    (``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``), then the
+    per-backend ``fp32_precision`` (cuBLAS matmul, cuDNN conv and rnn). PyTorch 2.13's older
+    readers (the two flags, ``torch.get_float32_matmul_precision()``, which Inductor's
+    max-autotune reads) raise when the two APIs disagree, e.g. after the new API alone set
+    ``"tf32"``, or set cuDNN's conv but not its rnn; written so, every reader, old or new, answers
+    (tests/test_model_recipe.py reads them all). oneDNN (CPU) matmuls are left alone."""
     if device.type != "cuda":
         return
     value = "tf32" if enabled else "ieee"
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
     torch.backends.cuda.matmul.fp32_precision = value
     torch.backends.cudnn.conv.fp32_precision = value
+    torch.backends.cudnn.rnn.fp32_precision = value
 
 
 #: the modules whose ``weight`` AdamW decays (SPEC §3: matrices and embeddings); biases and
@@ -72,14 +83,19 @@ def split_params(model: nn.Module, trainable: Callable[[str, nn.Parameter], bool
     return decay, no_decay, frozen
 
 
-def make_adamw(decay: list[Tensor], no_decay: list[Tensor], cfg: TrainConfig,
-               device: torch.device, capturable: bool = False) -> torch.optim.Optimizer:
-    """The recipe's AdamW: weight decay on ``decay`` only; fused on CUDA (``capturable`` there
-    when its step is recorded in a CUDA graph: the step count lives on the device)."""
+def make_adamw(decay: list[Tensor], no_decay: list[Tensor], cfg: TrainConfig, device: torch.device,
+               capturable: bool = False, members: int = 1, fused: bool | None = None) -> torch.optim.Optimizer:
+    """The recipe's AdamW: weight decay on ``decay`` only; fused on CUDA (``fused``: None) or as
+    asked; ``capturable`` when its step is recorded in a CUDA graph (the step count lives on the
+    device). ``members`` > 1: the tensors are a pack's, stacked [M, ...], and the optimiser is
+    ``model.optimiser.MemberAdamW`` (one step count per member)."""
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda",
-                             capturable=capturable)
+    kwargs = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "capturable": capturable,
+              "fused": device.type == "cuda" if fused is None else fused}
+    if members > 1:
+        return MemberAdamW(groups, members, **kwargs)
+    return torch.optim.AdamW(groups, **kwargs)
 
 
 def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:

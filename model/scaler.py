@@ -5,8 +5,9 @@ A GradScaler keeps one scale and one found-inf flag for the whole optimiser: in 
 overflow would skip every member's step. ``MemberScaler`` keeps a scale [M] and a growth tracker
 [M]: member i's loss is multiplied by its own scale, its gradients (the slice [i] of each stacked
 gradient, or the whole gradients of one run) are divided by it and checked for inf/NaN on their
-own, and the step is skipped for the members that overflowed only (``masked_step``: the others'
-AdamW update is the one they would have had alone). Scales follow GradScaler's defaults: start at
+own, and the step is skipped for the members that overflowed only (``model.optimiser``: on the
+device, without a host read; the others' AdamW update is the one they would have had alone, and a
+skipped member's step count stays where its own run's would). Scales follow GradScaler's defaults: start at
 2^16, halve on an overflow, double after 2000 steps without one. Powers of two: scaling and
 unscaling are exact, so a member that never overflows trains as it would without scaling.
 """
@@ -78,40 +79,3 @@ class MemberScaler:
             return
         self.scale.copy_(torch.as_tensor(state["scale"], dtype=torch.float32))
         self.growth.copy_(torch.as_tensor(state.get("growth", state.get("_growth_tracker", 0)), dtype=torch.int32))
-
-
-@torch.no_grad()
-def masked_step(optimizer: torch.optim.Optimizer, params: Sequence[Tensor], skip: Tensor | None,
-                packed: bool) -> None:
-    """``optimizer.step()`` for the members not in ``skip`` ([M] bool; None: every member steps).
-
-    One run: no step when it overflowed (as GradScaler). A pack: the step is taken and the skipped
-    members' slices of the weights and of AdamW's moments are put back (zeros for moments the step
-    created); AdamW is elementwise, so the others' update is untouched. AdamW's step count is one
-    per stacked tensor, so it counts a member's skipped steps (its later bias correction uses the
-    pack's count, which an unpacked run's GradScaler would not advance; the difference fades as
-    (1 - beta^t) → 1). One host read per step, as GradScaler's own."""
-    if skip is None:
-        optimizer.step()
-        return
-    if not packed:
-        if not bool(skip.item()):
-            optimizer.step()
-        return
-    idx = skip.nonzero().flatten()
-    if len(idx) == 0:
-        optimizer.step()
-        return
-    if len(idx) == len(skip):
-        return  # every member overflowed: nothing steps (the count stays too)
-    saved_p = [(p, p[idx].clone()) for p in params]
-    saved_s = {id(p): {k: v[idx].clone() for k, v in optimizer.state[p].items()
-                       if isinstance(v, Tensor) and v.shape == p.shape} for p in params if p in optimizer.state}
-    optimizer.step()
-    for p, s in saved_p:
-        p[idx] = s
-    for p in params:
-        before = saved_s.get(id(p), {})
-        for k, v in optimizer.state.get(p, {}).items():
-            if isinstance(v, Tensor) and v.shape == p.shape:
-                v[idx] = before[k] if k in before else 0

@@ -11,12 +11,12 @@ the model itself. Several members (a pack, SPEC §5.1) train as one batched comp
 weights are stacked [M, ...] into one ``GPT`` (``model.stack``), every layer runs all members in
 one kernel, the loss is one per member [M], autograd on its sum gives each member the gradient of
 its own loss, each member's gradients are clipped to their own global norm, and AdamW (elementwise)
-keeps per-member state. Equal means equal to rounding, not bit-identical: batched kernels sum in
+keeps per-member state, its step count included (``model.optimiser.MemberAdamW``). Equal means equal to rounding, not bit-identical: batched kernels sum in
 another order, so a single run is never packed.
 
 On CUDA (``graphs``, the default) each step's device work is replayed from a CUDA graph
-(``model.graphs``) and so is the validation loss; a trainer that cannot record trains eagerly and
-says why in one line (``graph_status``).
+(``model.graphs``) and so is the validation loss, both in one graph memory pool; a trainer that
+cannot record trains eagerly and says why in one line (``graph_status``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from metrics.probe import probe_members
 from model import graphs as graphs_mod
 from model.corpus import VAL_SEED, BatchSampler, Corpus, device_tokens, fixed_windows, probe_batch
 from model.gpt import GPTConfig
+from model.optimiser import optimiser_step
 from model.qk_init import build_model
 from model.recipe import (
     compile_model,
@@ -52,7 +53,7 @@ from model.report import (
     diverged_report,
     epoch_report,
 )
-from model.scaler import MemberScaler, masked_step
+from model.scaler import MemberScaler
 from model.stack import Member, check_packable, plain, stack
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class Trainer:
             graphs_mod.announce(self.label, refused)
         self._step_graph: graphs_mod.StepGraph | None = None
         self._val_graph: graphs_mod.ForwardGraph | None = None
+        self._graph_pool: object = None  # one memory pool for both graphs (model.graphs), made at the first recording
         self.optimizer = self._make_optimizer()
 
         train = device_tokens(corpus.train, self.device)  # one copy on the device, every member's sampler reads it
@@ -142,7 +144,8 @@ class Trainer:
         for name in frozen:
             self.params[name].requires_grad_(False)
         return make_adamw([self.params[n] for n in decay], [self.params[n] for n in no_decay], self.cfg,
-                          self.device, capturable=self._graphs and self.device.type == "cuda")
+                          self.device, capturable=self._graphs and self.device.type == "cuda",
+                          members=len(self.members))
 
     # -- state ------------------------------------------------------------------
 
@@ -223,7 +226,7 @@ class Trainer:
     def _val_replay(self) -> Tensor:
         if self._val_graph is None:
             try:
-                self._val_graph = graphs_mod.ForwardGraph(self._val_total)
+                self._val_graph = graphs_mod.ForwardGraph(self._val_total, self._pool())
             except graphs_mod.GraphUnavailable as exc:
                 self._fall_back(exc)
                 return self._val_total()
@@ -290,7 +293,7 @@ class Trainer:
             skip_sum += overflow.double()
         qk_sum += qk.double()
         norm_sum += norms.double()
-        masked_step(self.optimizer, trained, overflow, self.packed)
+        optimiser_step(self.optimizer, overflow)
         if overflow is not None:
             self.scaler.update(overflow)
         loss_sum += loss.detach().double()
@@ -301,11 +304,18 @@ class Trainer:
         self._graphs, self._val_graphs = False, self._val_graph is not None
         self.graph_status = f"off: {exc}"
 
+    def _pool(self) -> object:
+        """The trainer's one graph memory pool (the step's and the validation's, also after a resume)."""
+        if self._graph_pool is None:
+            self._graph_pool = graphs_mod.backend.pool()
+        return self._graph_pool
+
     def _record(self, x: Tensor, y: Tensor) -> None:
         """Record the step as a CUDA graph, or fall back to eager with one line."""
         trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
         try:
-            self._step_graph = graphs_mod.StepGraph(self._body, x, y, trainable, self.optimizer)
+            self._step_graph = graphs_mod.StepGraph(self._body, x, y, trainable, self.optimizer, self._pool(),
+                                                    state=(self.scaler.scale, self.scaler.growth))
         except graphs_mod.GraphUnavailable as exc:
             self._fall_back(exc)
 

@@ -21,6 +21,8 @@ def dry_run(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     Packs are decided from the GPUs a sweep would see: those of the running Ray or the cluster at
     ``--address`` / ``RAY_ADDRESS`` (joined for the count, then left), else of this machine
     (``--num-gpus`` or what it has), which a local run would give its own Ray: no Ray is started.
+    With GPUs the plan also prices each condition (``sweep/costs.json``) and sets the GPU memory of
+    its largest trial (``model.memory``) beside a GPU's free memory, which caps ``--pack auto``.
     """
     ray = sys.modules.get("ray")  # not imported: not running in this process (importing it costs ~0.5 s)
     running = ray is not None and ray.is_initialized()
@@ -40,9 +42,9 @@ def dry_run(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
         finally:
             if started:
                 ray.shutdown()
-    packs, notes = plan_packs(preset.cells(), settings.pack, gpus)
+    packs, notes = plan_packs(preset.cells(), settings.pack, gpus, amp=trial.amp)
     resources = {"cpu": trial.cpus_per_trial, "gpu": gpu}
-    print(describe_plan(settings.name, preset, packs, notes, settings.pack, gpus, resources))
+    print(describe_plan(settings.name, preset, packs, notes, settings.pack, gpus, resources, amp=trial.amp))
     print(f"[{settings.name}] dry run: nothing trained, nothing written")
     sys.stdout.flush()
     return plan_frame(packs)

@@ -53,6 +53,11 @@ class Preset:
     #: the seeds that chose this preset's schedule (LOG.md): a verdict on them is not confirmatory,
     #: so the preset reports other seeds and ``--seeds auto`` never uses them (SPEC §10)
     schedule_seeds: tuple[int, ...] = ()
+    #: how the schedule's length was chosen, when the verdicts hold at that length only (the report says it)
+    schedule_choice: str = ""
+    #: the post-collapse window's first epoch e_c, fixed before the reported data on the runs of the
+    #: ``schedule_seeds`` (SPEC §8); None: the report chooses it on the runs it reports, descriptively
+    collapse_end: int | None = None
 
     def __post_init__(self) -> None:
         for axis in ("depths", "inits", "seeds", "conditions"):
@@ -179,7 +184,15 @@ def _schedule(template: TrainConfig, epochs: int, steps_per_epoch: int) -> Train
 DEMO_DEPTHS = (1, 2, 3)
 DEMO_INTERVENTION_DEPTH = 2
 DEMO_BASELINE_SCHEDULE = (22, 50)  # epochs × steps per epoch
+#: The post-collapse window's e_c, fixed on the schedule seeds' runs before any reported seed (SPEC §8;
+#: `python -m sweep.baseline --preset demo --seed-list 37 42`: layer- and run-mean pr_k 6.573, 6.293,
+#: 6.454 at epochs 1-3, the trough of epochs 1..6 at 2; LOG.md).
+DEMO_BASELINE_COLLAPSE_END = 2
 DEMO_INTERVENTION_SCHEDULE = (20, 30)
+_DEMO_INTERVENTION_CHOICE = ("600 steps were chosen as a length at which every predicted direction held on seeds 7 "
+                             "and 37 (all held from 480 to 660 steps; at 420 the K clamp's not yet, at 720 forced "
+                             "contraction's logit_std and qk_erank no longer): the intervention verdicts are "
+                             "conditional on this length")
 #: ``sweep.demo --paper-depths``: the paper's depths at the demo width, long enough for Table 4's
 #: counts (24 × 50: pr_q - pr_k rising in 54/54 traces, pr_k falling in 52/54; LOG.md).
 PAPER_DEPTHS = (4, 6, 8)
@@ -194,6 +207,7 @@ BASELINE_PRESETS: dict[str, Preset] = {
     "paper": Preset("paper", "baseline", "wikitext103", (4, 6, 8), INITS, PAPER_SEEDS),
     "demo": Preset("demo", "baseline", "stdlib-docs", DEMO_DEPTHS, INITS, CONFIRMATORY_SEEDS, model=_DEMO_MODEL,
                    train=_schedule(_DEMO_TRAIN, *DEMO_BASELINE_SCHEDULE), note=_DEMO_NOTE,
+                   collapse_end=DEMO_BASELINE_COLLAPSE_END,
                    schedule_seeds=DEMO_BASELINE_SCHEDULE_SEEDS),
     "paper-depths": Preset("paper-depths", "baseline", "stdlib-docs", PAPER_DEPTHS, INITS, CONFIRMATORY_SEEDS,
                            model=_DEMO_MODEL, train=_schedule(_DEMO_TRAIN, *PAPER_DEPTHS_BASELINE_SCHEDULE),
@@ -210,7 +224,7 @@ INTERVENTION_PRESETS: dict[str, Preset] = {
     "demo": Preset("demo", "interventions", "stdlib-docs", (DEMO_INTERVENTION_DEPTH,), (DEFAULT_INIT,),
                    CONFIRMATORY_SEEDS, ALL_CONDITIONS, model=_DEMO_MODEL,
                    train=_schedule(_DEMO_TRAIN, *DEMO_INTERVENTION_SCHEDULE), note=_DEMO_NOTE,
-                   schedule_seeds=DEMO_INTERVENTION_SCHEDULE_SEEDS),
+                   schedule_seeds=DEMO_INTERVENTION_SCHEDULE_SEEDS, schedule_choice=_DEMO_INTERVENTION_CHOICE),
     "paper-depths": Preset("paper-depths", "interventions", "stdlib-docs", (PAPER_INTERVENTION_DEPTH,),
                            (DEFAULT_INIT,), CONFIRMATORY_SEEDS, ALL_CONDITIONS, model=_DEMO_MODEL,
                            train=_schedule(_DEMO_TRAIN, *PAPER_DEPTHS_INTERVENTION_SCHEDULE),

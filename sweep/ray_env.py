@@ -1,4 +1,5 @@
-"""The one place that starts Ray and settles what its workers need: absolute store URIs and GPUs.
+"""The one place that starts Ray and settles what its workers need: absolute store URIs, GPUs and
+their free memory (``free_gpu_memory``: what ``--pack auto`` caps a pack by).
 
 Trials and probe actors run in their own working directories (local paths must be
 absolute) and share the cluster's GPUs (by default a whole one per trial under ``--pack auto``, a
@@ -8,6 +9,7 @@ Ray is imported inside the functions, so a bad flag is refused before it loads.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from sweep.cli import PackRequest, local_gpus
@@ -85,3 +87,47 @@ def bundled_psutil():
 
     importlib.import_module("ray")
     return importlib.import_module("psutil")
+
+
+def device_free_bytes() -> list[int]:
+    """Free bytes of each CUDA device this process sees (``torch.cuda.mem_get_info``; [] without
+    CUDA). Creates a CUDA context: ``free_gpu_memory`` runs it in a process of its own."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [int(torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count())]
+
+
+@functools.cache
+def free_gpu_memory() -> tuple[int | None, str]:
+    """(the free bytes of the least free GPU a trial may get, where they were read), or (None, why
+    not). Read where the trials will run: with a running Ray whose GPUs are on other nodes, by a
+    one-GPU task there (its worker exits after it); else on this machine, in a subprocess (so that
+    the driver holds no CUDA context for the whole sweep). Once a process (a dry run asks twice)."""
+    import json
+    import subprocess
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        here = ray.util.get_node_ip_address()
+        elsewhere = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get("GPU", 0) > 0
+                     and n.get("NodeManagerAddress") != here]
+        if elsewhere:
+            try:
+                free = ray.get(ray.remote(num_gpus=1, max_calls=1)(device_free_bytes).remote(), timeout=120)
+            except Exception as exc:  # noqa: BLE001 - the plan goes on, uncapped, and says why
+                return None, f"not read on the cluster ({type(exc).__name__}): packs not capped"
+            return (min(free), "read on a GPU node of the cluster") if free else (None, "no CUDA on the GPU node")
+    if local_gpus() == 0:
+        return None, "no CUDA device on this machine to read"
+    root = str(Path(__file__).resolve().parents[1])
+    code = "import json, sweep.ray_env as r; print(json.dumps(r.device_free_bytes()))"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
+                             check=True).stdout
+        free = json.loads(out.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError) as exc:
+        return None, f"not read on this machine ({type(exc).__name__}): packs not capped"
+    return (min(free), "read on this machine's GPUs") if free else (None, "no CUDA device on this machine")

@@ -14,6 +14,7 @@ decided on the per-seed statistics the scorecard itself computes (SPEC §8). No 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -51,10 +52,12 @@ def _family(name: str, inits: tuple[str, ...], depths: tuple[int, ...]) -> tuple
     tables = make_effect_store(None, seeds=tuple(range(FAMILY_SEEDS)), depths=depths, epochs=FAMILY_EPOCHS,
                                iv_seeds=(0,), iv_epochs=1, preset=name)
     keep = {k: v[(v["sweep"] == "baseline") & v["init"].isin(inits)] if "sweep" in v else v for k, v in tables.items()}
-    an = compute_all(keep, preset=name)
+    with warnings.catch_warnings():  # a few seeds and epochs: empty slices in statistics not used here
+        warnings.simplefilter("ignore", RuntimeWarning)
+        claims = all_claims(compute_all(keep, preset=name), name == "paper")
     unit = GridUnit(name)
     return tuple(Claim(unit, c.id, int(c.expect.sign), c.id, c.y_against is not None, bool(c.fisher),
-                       float(c.expect.lo)) for c in all_claims(an, name == "paper") if counted(c))
+                       float(c.expect.lo)) for c in claims if counted(c))
 
 
 def grid_cells(preset: Preset, seeds: tuple[int, ...]) -> list[Cell]:
@@ -83,7 +86,8 @@ def claims_at_factory(layers: pd.DataFrame, epochs: pd.DataFrame, preset: Preset
     def claims_at(seeds: tuple[int, ...]) -> dict:
         ids = {c.run_id for c in grid_cells(preset, seeds)}
         tables = {"layers": layers[layers["run_id"].isin(ids)], "epochs": epochs[epochs["run_id"].isin(ids)]}
-        an = compute_all(tables, preset=preset.name)
-        return {c.id: c for c in all_claims(an, preset.name == "paper")}
+        with warnings.catch_warnings():  # the scorecard's statistics on few seeds (NaN where undefined)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return {c.id: c for c in all_claims(compute_all(tables, preset=preset.name), preset.name == "paper")}
 
     return claims_at

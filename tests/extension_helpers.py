@@ -4,8 +4,11 @@ over saved revisions (the ``revisions`` fixture in conftest saves them)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
+import torch
 import transformers as tf
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
@@ -39,3 +42,22 @@ def manifest_for(revisions: dict[str, list[tuple[int, str]]], kinds=None, prefix
             for kind in kinds or revisions
         ]
     }
+
+
+def save_revision(folder: Path, kind: str = "llama", shard: str | None = None, seed: int = 0,
+                  edit: Callable[[dict[str, torch.Tensor]], None] | None = None, **overrides) -> tf.PreTrainedModel:
+    """A tiny random model of ``kind`` saved in ``folder`` with the tiny tokenizer, as one
+    ``model.safetensors`` or (``shard``, e.g. "20KB") as shards with their index; ``edit`` changes each
+    weight file's tensors in place afterwards (a checkpoint as shipped wrong). Returns the model as saved."""
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(seed)
+    model = tf.AutoModelForCausalLM.from_config(tiny_config(kind, **overrides)).eval()
+    model.save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
+    tiny_tokenizer().save_pretrained(folder)
+    if edit is not None:
+        for path in sorted(folder.glob("*.safetensors")):
+            state = load_file(path)
+            edit(state)
+            save_file(state, path, metadata={"format": "pt"})
+    return model

@@ -92,16 +92,22 @@ class SimulatedGraphs:
     def __init__(self, fail: str | None = None, fail_from: int = 0) -> None:
         self.fail, self.fail_from = fail, fail_from
         self.warm_ups = self.recorded = self.replays = 0
+        self.pools: list[object] = []  # the pool each recording was given
 
     def warm_up(self, fn, calls: int) -> None:
         self.warm_ups += calls
         for _ in range(calls):
             fn()
 
-    def record(self, fn):
+    @staticmethod
+    def pool() -> object:
+        return object()
+
+    def record(self, fn, pool=None):
         if self.fail and self.recorded >= self.fail_from:
             raise RuntimeError(self.fail)
         self.recorded += 1
+        self.pools.append(pool)
 
         def replay():
             self.replays += 1

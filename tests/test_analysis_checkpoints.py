@@ -56,3 +56,21 @@ def test_checkpoint_progress_is_min_max_scaled(paper_grid):
     ck["tokens"] = np.nan  # steps, min–max scaled the same way
     g2 = checkpoint_revision_means(ck).query("series == 'gpt2-small'").sort_values("progress")
     assert g2["progress"].tolist() == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])
+
+
+def test_the_report_names_the_probe_settings(paper_grid):
+    """Appendix A says what the rows were probed with (SPEC §7 "Probe settings"), and says so loudly
+    when two series were probed differently; a store without them says they are not recorded."""
+    from analysis.checkpoints import compute_checkpoints, sentence
+
+    ck = paper_grid["checkpoints"].copy()
+    assert "settings are not recorded" in sentence(compute_checkpoints(ck).result)
+    ck = ck.assign(probe_n_seqs=16, probe_seq_len=128, probe_text_sha256="ab" * 32, transformers_version="5.25.0")
+    c = compute_checkpoints(ck).result
+    assert f"Probed with 16 sequences × 128 tokens of a text with sha256 {'ab' * 6}…, transformers 5.25.0." in sentence(c)
+    series = sorted(ck[ck["status"] == "ok"]["series"].unique())
+    ck.loc[ck["series"] == series[0], "probe_seq_len"] = 32
+    c = compute_checkpoints(ck).result
+    assert len(c.probe_settings) == 2 and f"32 tokens of a text with sha256 {'ab' * 6}…, transformers 5.25.0 " \
+        f"({series[0]})" in sentence(c)
+    assert "probed under 2 different settings, whose values are not comparable" in sentence(c)

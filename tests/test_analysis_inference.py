@@ -16,8 +16,12 @@ from analysis.inference import (
     against_test,
     binomial_test,
     direction,
+    driving_unit,
     fisher_z,
     holm,
+    holm_tarone,
+    shapiro_p,
+    signflip_p,
     t_test,
 )
 
@@ -103,3 +107,61 @@ def test_against_test_is_twice_the_smaller_one_sided_p() -> None:
     down = against_test(-lo, -hi, 0.0, +1)  # x below both: decided on x − min
     assert down.p == pytest.approx(stats.ttest_1samp(-hi, 0.0, alternative="less").pvalue * 2, rel=1e-12)
     assert direction(down, 0.0, +1, down.p) == REVERSED
+
+
+def test_signflip_p_by_enumeration() -> None:
+    """Every sign pattern of |y − c|, by hand: the share whose mean is at least as far from 0."""
+    import itertools
+
+    y = np.array([0.4, -0.1, 0.7, 0.3, 0.2])
+    d = y - 0.05
+    means = [abs(np.mean(np.array(s) * np.abs(d))) for s in itertools.product((-1, 1), repeat=d.size)]
+    want = np.mean(np.array(means) >= abs(d.mean()) - 1e-12)
+    assert signflip_p(y, 0.05) == pytest.approx(want)
+    assert signflip_p(np.full(6, 0.1)) == pytest.approx(2 * 2.0 ** -6)  # its floor
+    assert signflip_p(np.zeros(4)) == 1.0 and signflip_p(np.array([1.0])) is None
+
+
+def test_shapiro_flags_a_bimodal_set_and_driving_unit_finds_the_one_seed() -> None:
+    rng = np.random.default_rng(0)
+    assert shapiro_p(rng.standard_normal(12)) > 0.05
+    assert shapiro_p(np.array([-1.02, -0.98, -1.01, 1.0, 0.99, 1.03, 1.01, -0.99, 1.02, -1.0])) < 0.05
+    assert shapiro_p(np.ones(5)) is None
+    assert driving_unit(np.array([-0.1, -0.2, 0.1, 3.0]), 0.0) == 3  # without it the mean is negative
+    assert driving_unit(np.array([0.5, 0.6, 0.4, 0.7]), 0.0) is None
+
+
+def test_zero_spread_interval_is_the_sign_flip_tests() -> None:
+    """No spread: the point when 2·2⁻ⁿ is at most the level, else unbounded — never a point that
+    excludes the null while the claim is undecided."""
+    r = t_test(np.full(4, 0.1))  # 2·2⁻⁴ = 0.125 > 0.05
+    assert r.p == 0.125 and r.p_min == 0.125 and r.zero_spread
+    assert (r.ci_low, r.ci_high) == (-math.inf, math.inf)
+    r = t_test(np.full(6, 0.1))  # 0.031 <= 0.05
+    assert (r.ci_low, r.ci_high) == (pytest.approx(0.1), pytest.approx(0.1))
+    assert t_test(np.array([0.1, 0.2, 0.3])).p_min == 0.0
+
+
+def test_holm_tarone_leaves_out_what_cannot_be_decided() -> None:
+    """Three claims at α = 0.05: one can never reach α/2 (its smallest p is 1/32): it leaves the
+    multiplier, the others are tested at α/2 instead of α/3, and it reads "cannot be decided"."""
+    f = holm_tarone([0.02, 0.03125, 0.2], [0.0, 0.03125, 0.0])
+    assert f.rejected == [True, False, False] and f.cannot == [False, True, False]
+    assert f.level == [0.025, 0.025, 0.025] and f.p_adj == [pytest.approx(0.04), None, pytest.approx(0.4)]
+    plain = holm([0.02, 0.03125, 0.2])  # Holm counts it: 0.06 > 0.05, nothing decided
+    assert plain[0] > 0.05
+    same = holm_tarone([0.03, None, 0.01, 0.04, 0.02], [0.0] * 5)
+    assert same.p_adj == pytest.approx(holm([0.03, None, 0.01, 0.04, 0.02]))
+    assert holm_tarone([0.03125] * 3, [0.03125] * 3).cannot == [True] * 3
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_level_interval_agrees_with_the_decision(seed: int) -> None:
+    """The 1 − α/k interval at each claim's Holm step excludes 0 exactly when the claim is rejected."""
+    rng = np.random.default_rng(seed)
+    ys = [rng.standard_normal(6) + rng.choice([0.0, 0.6, 1.5, 3.0]) for _ in range(12)]
+    tests = [t_test(y) for y in ys]
+    f = holm_tarone([t.p for t in tests], [t.p_min for t in tests])
+    for y, rej, level in zip(ys, f.rejected, f.level, strict=True):
+        adj = t_test(y, 0.0, 1 - level)
+        assert rej == (not adj.ci_low <= 0 <= adj.ci_high)

@@ -166,22 +166,34 @@ def test_gpu_script_dry_run_without_cuda(gpu_dry_run) -> None:
     assert not list(out.glob("ray_tmp/**/session_*"))
     # the plan: every item's need and budget printed, the call's budget derived from them
     plan = json.loads((out / "plan.json").read_text())
-    assert set(plan["order"]) == {"throughput", "clamp", "probe", "equivalence", "sweep"}
+    assert set(plan["order"]) == {"tests", "throughput", "clamp", "probe", "equivalence", "sweep"}
     assert all(plan["ops_per_step"][k] > 100 for k in ("1", "12", "36"))  # counted here, not the fallback
+    assert plan["gpu_tests"]["cases"] > 20  # collected here (skipped without CUDA, but counted)
     for name, item in plan["items"].items():
         assert item["budget_s"] > item["need_s"] > 0 and f"  {name} " in stdout, name
-    assert "budget 470s; sections: throughput clamp probe equivalence sweep" in stdout
-    assert "first: " in stdout and "-m pytest -m gpu tests/test_model_graphs_cuda.py (timeout 120s)" in stdout
+    assert "prerequisites (torch, pytest, pytest-timeout, the project importable)" in stdout and ": ok" in stdout
+    assert "sections: tests clamp " in stdout  # the tests first, in the call's budget
+    tests = plan["items"]["gpu-tests"]
+    assert "first: " in stdout and f"tests/test_model_graphs_cuda.py (timeout {tests['budget_s']}s; pytest -m gpu: " \
+        f"{plan['gpu_tests']['cases']} cases, counted" in stdout
     assert "compile                  throughput" in stdout and "(only with that much time left)" in stdout
 
 
 def test_gpu_plan_budgets_fit_a_call_and_throughput_fits_four_minutes() -> None:
     from bench import gpu_packing, gpu_plan
 
-    plan = gpu_plan.plan(dict(gpu_plan.OPS_FALLBACK))
+    plan = gpu_plan.plan(dict(gpu_plan.OPS_FALLBACK), tests={"cases": 30, "compile": 1})
     assert set(gpu_packing.GROUPS) <= set(plan["items"]) and plan["items"]["compile"]["optional"]
-    assert gpu_plan.call_budget(plan, ["throughput"]) <= gpu_plan.THROUGHPUT_ALONE_S == 240
-    assert plan["total_s"] + gpu_plan.OVERHEAD_S <= gpu_plan.BUDGET_S  # the non-optional items of a whole call
+    assert gpu_plan.call_budget(plan, ["throughput"]) <= gpu_plan.THROUGHPUT_ALONE_S == 255
+    # the GPU tests are counted in the call: 29 cases at 2 s and one compiling at 60 s, start-up, margin
+    tests = plan["items"]["gpu-tests"]
+    assert tests["need_s"] == 12 + 29 * 2 + 60 and tests["budget_s"] == math.ceil(130 * 1.3 + 8)
+    # a call naming no section: the tests first, then what fits in BUDGET_S, the rest for a second call
+    now, later = gpu_plan.call_sections(plan)
+    assert now[:2] == ["tests", "clamp"] and set(now) | set(later) == set(gpu_plan.SECTIONS)
+    assert sum(plan["sections"].get(s, 0) for s in now) + gpu_plan.OVERHEAD_S <= gpu_plan.BUDGET_S
+    assert all(sum(plan["sections"].get(s, 0) for s in now) + plan["sections"][s] + gpu_plan.OVERHEAD_S
+               > gpu_plan.BUDGET_S for s in later)
     assert gpu_plan.call_budget(plan, ["sweep"]) >= plan["items"]["sweep"]["need_s"]  # asked alone, it can run
     # a need grows with what an item runs: a clamp step adds M·L decompositions
     ops = dict(gpu_plan.OPS_FALLBACK)
@@ -197,9 +209,9 @@ def test_gpu_script_runs_a_section_and_skips_what_does_not_fit(tmp_path: Path) -
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     timings = [json.loads(line) for line in (tmp_path / "timings.jsonl").read_text().splitlines()]
-    # the GPU tests first (skipped without CUDA: rc 0), then the sections
-    assert [(t["item"], t["rc"]) for t in timings] == [("gpu-tests", 0), ("clamp", 0), ("sweep", None)]
-    assert timings[2]["status"].startswith("skipped: needs")
+    # the sections named, and only those (the GPU tests run when named: `tests`, first by default)
+    assert [(t["item"], t["rc"]) for t in timings] == [("clamp", 0), ("sweep", None)]
+    assert timings[1]["status"].startswith("skipped: needs")
     assert "skip sweep: it needs about" in proc.stdout and "s left in this call (to run it: BUDGET_S=" in proc.stdout
     result = json.loads((tmp_path / "gpu_results.json").read_text())
     assert any(line.startswith("section clamp: ran ") for line in result["targets"]["time"])
@@ -207,15 +219,84 @@ def test_gpu_script_runs_a_section_and_skips_what_does_not_fit(tmp_path: Path) -
     assert not list(tmp_path.glob("ray_tmp/**/session_*"))
 
 
-def test_clamp_cost_tiny() -> None:
-    from bench import clamp_cost
+PLANTED = """
+import time
 
-    out = clamp_cost.main(["--tiny", "--members", "1,2", "--depths", "1", "--rounds", "1"])
+import pytest
+
+
+@pytest.mark.gpu
+def test_planted_pass():
+    pass
+
+
+@pytest.mark.gpu
+def test_planted_{kind}():
+    {body}
+"""
+
+
+def _gpu_tests(tmp_path: Path, kind: str, body: str, **env_extra: str) -> subprocess.Popen:
+    """``CPU_CHECK=1 bash bench/gpu.sh tests`` on a planted GPU test file (a passing test and one more)."""
+    folder = tmp_path / kind
+    folder.mkdir()
+    (folder / "test_planted.py").write_text(PLANTED.format(kind=kind, body=body))
+    env = {**os.environ, "OUT": str(folder / "out"), "PYTHON": sys.executable, "CPU_CHECK": "1", "BUDGET_S": "120",
+           "GPU_TESTS": str(folder / "test_planted.py"), "HF_HUB_OFFLINE": "1", **env_extra}
+    return subprocess.Popen(["bash", str(ROOT / "bench" / "gpu.sh"), "tests"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_gpu_script_says_failed_and_exits_1_when_a_gpu_test_fails_or_times_out(tmp_path: Path) -> None:
+    """A planted failing ``gpu`` test and a planted one that outlives the tests' timeout: each call
+    says so in its status line and the last line, and exits 1; the timings say the same."""
+    failing = _gpu_tests(tmp_path, "failure", 'assert False, "planted"')
+    hanging = _gpu_tests(tmp_path, "timeout", "time.sleep(120)", GPU_TESTS_S="8")
+    for proc, kind in ((failing, "failure"), (hanging, "timeout")):
+        out, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 1, out
+        timings = [json.loads(line) for line in (tmp_path / kind / "out" / "timings.jsonl").read_text().splitlines()]
+        assert [(t["item"], t["rc"]) for t in timings] == [("gpu-tests", 1 if kind == "failure" else 124)], out
+        if kind == "failure":
+            assert "[gpu.sh] gpu-tests: failed (pytest rc 1: 1 failed, 1 passed in " in out, out
+        else:
+            assert "[gpu.sh] gpu-tests: timed out after 8s" in out, out
+        assert "[gpu.sh] failed: 1 of this call's runs did not pass: gpu-tests " in out.splitlines()[-1], out
+
+
+def test_gpu_script_checks_its_prerequisites_first_in_one_line(tmp_path: Path) -> None:
+    """Without pytest-timeout (pyproject's --timeout would make pytest stop with "unrecognized
+    arguments") the script says what is missing in one line and stops before anything runs, exit 1."""
+    blocked = tmp_path / "site"
+    blocked.mkdir()
+    (blocked / "sitecustomize.py").write_text('import sys\nsys.modules["pytest_timeout"] = None  # not installed\n')
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "CPU_CHECK": "1",
+           "PYTHONPATH": str(blocked)}
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "tests"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"[gpu.sh] prerequisites (torch, pytest, pytest-timeout, the project importable) with {sys.executable}: "
+        "missing: pytest-timeout", "[gpu.sh] failed: prerequisites missing, nothing run"], proc.stdout
+    assert not (tmp_path / "out" / "plan.json").exists()
+
+
+def test_clamp_cost_tiny(tmp_path: Path) -> None:
+    """Each method's cost, the clamp's own choice (on the CPU: eigh there), and the plan's cost factor
+    written in sweep/costs.json's format: the plan reads it back (not measured: a CPU's figure)."""
+    from bench import clamp_cost
+    from sweep.schedule import load_costs
+
+    out = clamp_cost.main(["--tiny", "--members", "1,2", "--depths", "1", "--rounds", "1",
+                           "--costs", str(tmp_path / "costs.json")])
     assert [(r["members"], len(r["rows"])) for r in out["results"]] == [(1, 3), (2, 3)]
     for r in out["results"]:
-        assert r["none_step_s"] > 0
+        assert r["none_step_s"] > 0 and r["auto"] == "eigh@cpu"
         for row in r["rows"]:
             assert row["x_none_step"] > 0 and row["step_with_clamp"] > 1 and row["max_abs_vs_svd"] < 1e-8
+    cost = load_costs(tmp_path / "costs.json")["k_spectrum_clamp"]
+    assert cost.factor == round(out["results"][1]["fastest_step_with_clamp"], 3) and not cost.measured
+    assert "a pack of 2 at depth 1" in cost.source
 
 
 def test_sequential_error_tiny(capsys) -> None:
@@ -308,6 +389,9 @@ def test_gpu_packing_variants_and_projection_on_the_cpu(tmp_path: Path, capsys) 
     pack = result["variants"]["pack12"]
     assert pack["members"] == 12 and pack["tokens_per_s"] > 0 and math.isfinite(pack["projected_paper_grid_h"])
     assert pack["graph_status"] == "off: graphs=False"
+    # the memory model beside each variant (the GPU's peak there: not measured on the CPU)
+    assert pack["modelled_memory_gb"] > result["variants"]["unpacked"]["modelled_memory_gb"] > 0
+    assert "memory GiB: peak / model" in printed and f"— / {pack['modelled_memory_gb']:.2f}" in printed
     assert result["variants"]["unpacked"]["speedup_vs_unpacked"] == 1.0
     assert "paper grid: 9,095,580 run-steps" in printed and "pack12" in printed
 

@@ -21,8 +21,8 @@ from intervention_helpers import (
     train_cfg,
 )
 
-from interventions import Intervention, make_intervention
-from interventions.spectrum import METHODS, KSpectrumClamp, clamp_spectrum
+from interventions import Intervention, make_intervention, spectrum
+from interventions.spectrum import METHODS, KSpectrumClamp, choose, chosen, clamp_spectrum, fastest
 from model.report import EpochReport
 from model.stack import Member
 from model.trainer import Trainer
@@ -175,3 +175,37 @@ def test_at_paper_width_every_method_is_the_svd_clamp(monkeypatch) -> None:
     assert max(err0.values()) < 1e-8, err0
     monkeypatch.setattr(spectrum, "REFINE_STEPS", 0)
     assert (clamp_spectrum(w, sigma0, "refine") - want).abs().max().item() > 1e-8
+
+
+def test_the_clamp_chooses_its_decomposition_once_by_timing_off_the_cpu(monkeypatch) -> None:
+    """``auto`` (the default): on the CPU eigh there, never timed; on another device the fastest of
+    every method on both devices, timed once and kept (a fake timer on the meta device here; the real
+    timing on a GPU is bench/gpu.sh's and tests/test_model_graphs_cuda.py's)."""
+    assert KSpectrumClamp.method == KSpectrumClamp.decomp_device == "auto"
+    monkeypatch.setattr(spectrum, "_AUTO_CHOICE", {})
+    monkeypatch.setattr(spectrum, "_seconds", lambda *a: pytest.fail("timed on the CPU"))
+    w = torch.randn(2, 3, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    sigma0 = torch.linalg.svdvals(w)
+    assert choose(w, sigma0) == ("eigh", None) and choose(w, sigma0, "svd", "cpu") == ("svd", "cpu")
+    seconds = {("eigh", None): 3.0, ("eigh", "cpu"): 2.0, ("svd", None): 5.0, ("svd", "cpu"): 4.0,
+               ("refine", None): 1.0, ("refine", "cpu"): 6.0}
+    timed: list[tuple[str, str | None, int]] = []
+    monkeypatch.setattr(spectrum, "_seconds",
+                        lambda sample, s, m, p: timed.append((m, p, len(sample))) or seconds[(m, p)])
+    meta = w.to("meta")
+    assert choose(meta, sigma0) == ("refine", None) and chosen("meta") == ("refine", None)
+    assert sorted((m, str(p)) for m, p, _ in timed) == sorted((m, str(p)) for m, p in seconds)
+    assert {n for *_, n in timed} == {6}  # the run's own matrices, at most CALIBRATION_MATRICES of them
+    assert choose(meta, sigma0) == ("refine", None) and len(timed) == 6  # kept for the process
+    assert choose(meta, sigma0, place="cpu") == ("eigh", "cpu")  # the method chosen, the device set
+    assert choose(meta, sigma0, "svd", None) == ("svd", None)  # both set: no timing
+    assert len(timed) == 6 + 3
+
+
+def test_the_timed_choice_is_a_candidate_and_the_same_clamp() -> None:
+    w = torch.randn(4, 24, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    sigma0 = torch.linalg.svdvals(w) * 0.9
+    method, place = fastest(w, sigma0, [(m, None) for m in METHODS])
+    assert method in METHODS and place is None
+    torch.testing.assert_close(clamp_spectrum(w, sigma0, method, place), clamp_spectrum(w, sigma0, "svd"),
+                               rtol=0, atol=1e-6)

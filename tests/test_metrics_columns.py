@@ -12,6 +12,7 @@ import pytest
 from metrics.columns import (
     CHECKPOINT_METRICS,
     CHECKPOINT_PROBE_ROW,
+    CHECKPOINT_SETTINGS,
     LAYER_COLUMNS,
     LAYER_METRICS,
     LayerMetric,
@@ -20,8 +21,9 @@ from metrics.columns import (
 
 #: sha256 of each table's serialized Arrow schema before the vocabulary moved out of
 #: sweep/store/schema.py (commit 8e57fe5): the move changed no name, type or order. The columns
-#: added since, ``strengths`` (dose–response, SPEC §6) and the epochs' ``time`` (trackers: when the
-#: row was written, for the trackers), are taken out before comparing, and
+#: added since, ``strengths`` (dose–response, SPEC §6), the epochs' ``time`` (trackers: when the
+#: row was written, for the trackers), ``skipped_steps`` and the checkpoints' probe settings
+#: (``CHECKPOINT_SETTINGS``, SPEC §7), are taken out before comparing, and
 #: the one renamed since, ``condition``, gets back its old name ``intervention``.
 SCHEMA_SHA256 = {
     "layers": "8ed34516532a7549045df15973d5a783266cbbfa97d65aea3d5369b443e12e35",
@@ -34,7 +36,7 @@ def test_schemas_byte_identical_to_before_the_move() -> None:
     from sweep.store.schema import SCHEMAS
 
     def before(schema):
-        for added in ("strengths", "time", "skipped_steps"):
+        for added in ("strengths", "time", "skipped_steps", *CHECKPOINT_SETTINGS):
             i = schema.get_field_index(added)
             schema = schema if i < 0 else schema.remove(i)
         i = schema.get_field_index("condition")

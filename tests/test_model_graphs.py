@@ -19,6 +19,7 @@ from helpers import SimulatedGraphs, tiny_corpus, tiny_model_cfg, tiny_train_cfg
 
 from interventions import Intervention, make_intervention
 from model import graphs
+from model.scaler import MemberScaler
 from model.stack import Member
 from model.trainer import Trainer
 
@@ -75,6 +76,30 @@ def test_recorded_step_trains_exactly_as_the_eager_loop(simulated: SimulatedGrap
     # one step graph and one validation graph, recorded once and replayed every step / epoch
     assert simulated.recorded == 2
     assert simulated.replays == 2 * 5 + 3  # 10 steps; validation at epochs 0, 1, 2
+    # into one memory pool, the trainer's (model.memory counts one)
+    assert simulated.pools[0] is not None and simulated.pools == [graphed._graph_pool] * 2
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["one run", "pack of 2"])
+def test_fp16_loss_scaling_is_recorded_and_its_warm_up_leaves_no_trace(simulated: SimulatedGraphs,
+                                                                       packed: bool) -> None:
+    """fp16 steps are recorded (the loss scaler and a skip stay on the device); the warm-up's steps
+    leave the scaler's growth trackers where they were, as the weights and AdamW's state, so the
+    recorded run's scale grows at the eager run's step (scaling forced on: the CPU has no fp16)."""
+    members = [Member("independent_xavier", 1, cfg(3)), Member("qk_identical", 2, cfg(4))][:2 if packed else 1]
+
+    def run(graphs_on: bool) -> Trainer:
+        t = Trainer(tiny_model_cfg(), members, tiny_corpus(), lambda: make_intervention("none"), graphs=graphs_on)
+        t.scaler = MemberScaler(len(members), t.device, enabled=True)
+        t.run()
+        return t
+
+    eager, graphed = run(False), run(True)
+    assert graphed.graph_status == "on" and simulated.recorded == 2
+    assert graphed.scaler.growth.tolist() == eager.scaler.growth.tolist() == [10] * len(members)
+    assert torch.equal(graphed.scaler.scale, eager.scaler.scale)
+    for name, p in graphed.params.items():
+        assert torch.equal(p, eager.params[name]), name
 
 
 def test_a_resumed_run_records_again_and_stays_exact(simulated: SimulatedGraphs) -> None:
@@ -87,6 +112,8 @@ def test_a_resumed_run_records_again_and_stays_exact(simulated: SimulatedGraphs)
     resumed = trainer("forced_k_contraction")
     resumed.load_state_dict(torch.load(buf, weights_only=False))
     resumed.run()
+    # the resumed trainer recorded its own two graphs, into its own one pool
+    assert simulated.pools[-2:] == [resumed._graph_pool] * 2 and resumed._graph_pool is not first._graph_pool
     straight = trainer("forced_k_contraction", graphs_on=False)
     straight.run()
     assert_same_weights(resumed.model, straight.model)
@@ -151,7 +178,8 @@ def test_what_is_refused_before_recording() -> None:
     assert graphs.refusal(torch.device("cpu"), None, none) == "not a CUDA device"
     assert graphs.refusal(cuda, torch.bfloat16, none) is None
     assert graphs.refusal(cuda, None, make_intervention("k_spectrum_clamp")) is None
-    assert "fp16" in graphs.refusal(cuda, torch.float16, none)
+    # fp16 is recorded too: its loss scaling and skipped steps stay on the device (model.optimiser)
+    assert graphs.refusal(cuda, torch.float16, none) is None
     assert not _Plugin.graph_safe and "'plugin_condition' does not declare itself graph_safe" in graphs.refusal(
         cuda, torch.bfloat16, _Plugin())
 

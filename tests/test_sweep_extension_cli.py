@@ -47,7 +47,7 @@ def test_exit_status_and_fit_warnings_without_ray() -> None:
 
 
 def test_large_series_flags_and_their_bad_values(capsys) -> None:
-    """--disk-budget and --memory-per-actor take sizes, --probe-mode a mode; a bad value is one line and
+    """--disk-budget and --memory-per-actor take sizes, --probe-mode a mode, --disk-wait seconds; a bad value is one line and
     exit 2; the large series are there by name and not in the default selection."""
     from sweep.extension.checkpoint_series import SERIES, default_series
     from sweep.extension.cli import main, settings_from_args
@@ -56,8 +56,12 @@ def test_large_series_flags_and_their_bad_values(capsys) -> None:
     probe = settings_from_args(args).probe
     assert (probe.disk_budget, probe.memory_per_actor, probe.probe_mode) == (40 * 10**9, 12 * 2**30, "streamed")
     assert parse_args([]).probe_mode == "auto" and parse_args([]).disk_budget is None
+    from sweep.extension import disk
+
+    assert parse_args([]).disk_wait == disk.DISK_WAIT  # the parser's copy of the ledger's default
+    assert settings_from_args(parse_args(["--disk-wait", "90"])).probe.disk_wait == 90
     for argv, flag in ((["--disk-budget", "12XB"], "--disk-budget"), (["--probe-mode", "half"], "--probe-mode"),
-                       (["--memory-per-actor", "0GB"], "--memory-per-actor")):
+                       (["--memory-per-actor", "0GB"], "--memory-per-actor"), (["--disk-wait", "0"], "--disk-wait")):
         with pytest.raises(SystemExit) as bad:
             main(argv)
         assert bad.value.code == 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from extension_helpers import N_SEQS, SEQ_LEN, TEXT, tiny_tokenizer
 from hub_server import HubRepo, commit_of, content_sha256, hub_server
 
 from metrics.hf_arch import tiny_config
+from sweep.extension import disk
 from sweep.extension.disk import (
     LEDGER,
     DiskBudgetError,
@@ -137,6 +139,112 @@ def test_a_killed_holder_is_released_by_the_next_process(tmp_path: Path) -> None
     assert not list((repo_cache(tmp_path, REPO) / "snapshots").rglob("*.safetensors"))
 
 
+def test_overlapping_holders_of_mains_borrowed_files_leave_nothing_behind(tmp_path: Path) -> None:
+    """Two revisions without tokenizers borrow ``main``'s config and tokenizer (1,100 B): the first
+    downloads them, the second finds them there and holds them too. When both have released, main's
+    entries and blobs are gone and nothing is counted against the budget."""
+    ledger = DiskLedger(tmp_path, budget=10_000)
+    main = [("m" * 40, HubFile("config.json", 400, "c" * 40)), ("m" * 40, HubFile("tokenizer.json", 700, "t" * 40))]
+    a = [("a" * 40, f) for f in files("a", [500])] + main
+    b = [("b" * 40, f) for f in files("b", [500])] + main
+    first, second = ledger.hold(REPO, a, "org/model@step1"), ledger.hold(REPO, b, "org/model@step2")
+    first.__enter__()
+    for c, f in a:
+        fake_download(tmp_path, c, f)
+    second.__enter__()  # main's files are in the cache now: they cost the second holder nothing
+    for c, f in b:
+        fake_download(tmp_path, c, f)
+    assert ledger.used() == 2100
+    first.__exit__(None, None, None)
+    assert ledger.used() == 1600 and all(fake_download(tmp_path, c, f).exists() for c, f in b)  # still needed
+    second.__exit__(None, None, None)
+    assert ledger.used() == 0
+    root = repo_cache(tmp_path, REPO)
+    assert list((root / "blobs").iterdir()) == [] and not list((root / "snapshots").rglob("*"))
+    assert ledger.state()["entries"] == [] and ledger.state()["dirs"] == []
+
+
+def hold_as(host: str, cache: Path, want: list, what: str, seconds: float | None, release_log: Path | None = None
+            ) -> None:
+    """In a forked child: hold ``want`` as a process of ``host`` (its hostname faked), download it, then
+    die (``seconds`` None: SIGKILL, no release) or release after ``seconds``, writing when to ``release_log``."""
+    import socket
+
+    socket.gethostname = lambda: host  # this process is on another host as far as the ledger can tell
+    with DiskLedger(cache, 1000).hold(REPO, want, what):
+        for c, f in want:
+            fake_download(cache, c, f)
+        if seconds is None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(seconds)
+        if release_log is not None:
+            release_log.write_text(str(time.time()))
+
+
+def start_child(*args) -> multiprocessing.Process:
+    child = multiprocessing.get_context("fork").Process(target=hold_as, args=args)
+    child.start()
+    return child
+
+
+def wait_for_holder(cache: Path, host: str) -> None:
+    for _ in range(400):
+        if (cache / LEDGER).is_file() and any(h["host"] == host for h in
+                                               json.loads((cache / LEDGER).read_text())["holders"].values()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no holder of {host} appeared")
+
+
+def test_a_dead_holder_on_another_host_is_released_when_its_lease_runs_out(tmp_path: Path, monkeypatch,
+                                                                           capsys) -> None:
+    """A holder on node-b reserved 600 B of a 1,000 B budget and died without releasing: no process
+    here can see its pid. Its lease runs out and a waiter here releases it (and its files) and gets
+    in; while it waits it says who holds the space."""
+    monkeypatch.setattr(disk, "LEASE", 0.6, raising=False)
+    theirs = [("d" * 40, f) for f in files("k", [600])]
+    child = start_child("node-b", tmp_path, theirs, "org/model@step7", None)
+    child.join(timeout=60)
+    assert child.exitcode == -signal.SIGKILL
+    (holder,) = json.loads((tmp_path / LEDGER).read_text())["holders"].values()
+    assert holder["host"] == "node-b"
+    got = threading.Event()
+
+    def wait_here() -> None:
+        with DiskLedger(tmp_path, 1000, poll=0.05).hold(REPO, [("e" * 40, f) for f in files("w", [600])], "mine"):
+            got.set()
+
+    thread = threading.Thread(target=wait_here, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert got.is_set(), "the dead holder of node-b was never released"
+    err = capsys.readouterr().err
+    assert re.search(r"\[disk\] mine waits for 600 B of --disk-budget 1.0 KB, 600 B held: held by "
+                     rf"node-b:{child.pid} \(org/model@step7, 600 B, lease renewed \d+ s ago\)", err), err
+    assert not (repo_cache(tmp_path, REPO) / "blobs" / theirs[0][1].blob).exists()  # its download went too
+
+
+def test_a_live_holder_on_another_host_keeps_its_lease_and_a_wait_has_a_timeout(tmp_path: Path, monkeypatch,
+                                                                               capsys) -> None:
+    """node-b holds for 2 s with a 0.4 s lease, renewed while it lives: a waiter with a 0.5 s limit
+    fails naming it; one without gets in only after node-b released."""
+    monkeypatch.setattr(disk, "LEASE", 0.4, raising=False)
+    released = tmp_path / "released"
+    child = start_child("node-b", tmp_path, [("d" * 40, f) for f in files("k", [600])], "org/model@step7", 2.0,
+                        released)
+    wait_for_holder(tmp_path, "node-b")
+    want = [("e" * 40, f) for f in files("w", [600])]
+    with pytest.raises(DiskBudgetError, match=r"^mine waited \d+ s \(--disk-wait\) for 600 B of --disk-budget "
+                                              rf"1.0 KB, 600 B held: held by node-b:{child.pid} \(org/model@step7"):
+        with DiskLedger(tmp_path, 1000, poll=0.05, wait=0.5).hold(REPO, want, "mine"):
+            pass
+    with DiskLedger(tmp_path, 1000, poll=0.05, report_every=0.3).hold(REPO, want, "mine"):
+        got_in = time.time()
+    child.join(timeout=30)
+    assert child.exitcode == 0 and got_in >= float(released.read_text())  # never reaped while it lived
+    assert capsys.readouterr().err.count("[disk] mine waits for 600 B") >= 3  # said so while it waited
+
+
 # --- end to end: python -m sweep.extension against the local Hub ------------------------------
 
 
@@ -229,10 +337,12 @@ def test_budgeted_streamed_run_of_two_hub_series(hub_series, tmp_path: Path) -> 
     for series in ("neox", "llama"):
         assert status[(series, "step1000")] == {"duplicate_of:step2000"}  # copied from step2000, rows equal
         assert {status[(series, f"step{s}")].pop() for s in (0, 2000, 3000)} == {"ok"}
-    # neither the copy's files nor the big revision's were ever asked for
+    # neither the copy's files nor the big revision's were ever asked for (but their config and the
+    # index of their shards, a few kB read when they were listed and planned, outside the cache)
     resolved = {p for m, p, s in hub.requests if "/resolve/" in p}
     for repo, rev in ((neox, "step1000"), (llama, "step1000"), (big, "step7")):
-        assert not [p for p in resolved if commit_of(repo.repo_id, rev) in p and "config.json" not in p], rev
+        assert not [p for p in resolved if commit_of(repo.repo_id, rev) in p
+                    and not p.endswith(("/config.json", "/model.safetensors.index.json"))], rev
     # streamed rows equal the whole-model probe's on the same weights
     tokenizer = tf.AutoTokenizer.from_pretrained(folders[llama.repo_id]["step3000"])
     ids = probe_windows(tokenizer, TEXT, N_SEQS, SEQ_LEN)

@@ -185,3 +185,32 @@ def test_an_unsupported_hub_revision_is_refused_from_its_config_alone(pythia_rep
     assert "bert" in proc.stdout and "llama" in proc.stdout, proc.stdout + proc.stderr  # names the supported
     fetched = [p for m, p, s in hub.requests if "/resolve/" in p]
     assert fetched and all(p.endswith("/config.json") for p in fetched), fetched
+
+
+def test_only_the_loaders_weight_files_are_listed_and_downloaded(tmp_path) -> None:
+    """A Hub revision with model.safetensors beside shards, their index and strays (an adapter, Mistral's
+    consolidated.safetensors): only model.safetensors is downloaded; a sharded one gets exactly the
+    shards its index names (the index read when listed), never the stray."""
+    from extension_helpers import save_revision
+    from safetensors.torch import save_file
+
+    save_revision(tmp_path / "single")
+    save_revision(tmp_path / "sharded", shard="20KB")
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    save_file({"layers.0.attention.wq.weight": torch.ones(3, 3)}, stray / "consolidated.safetensors")
+    save_file({"lora_A.weight": torch.ones(2, 2)}, stray / "adapter_model.safetensors")
+    shards = folder_bytes(tmp_path / "sharded")
+    both = {**shards, **folder_bytes(tmp_path / "single"), **folder_bytes(stray)}
+    repo = HubRepo("org/stray", {"step0": both, "step1": {**shards, **folder_bytes(stray)}})
+    code = ("import sys; from sweep.extension.revision_probe import fetch_revision\n"
+            "for rev in ('step0', 'step1'):\n    print(fetch_revision('org/stray', rev, sys.argv[1]))\n")
+    with hub_server([repo]) as hub:
+        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, env=extension_env(hub.url, tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = {rev: sorted(p.rsplit("/", 1)[1] for m, p, s in hub.requests
+                       if m == "GET" and f"/resolve/{commit_of('org/stray', rev)}/" in p and p.endswith(".safetensors"))
+           for rev in ("step0", "step1")}
+    assert got["step0"] == ["model.safetensors"], got
+    assert got["step1"] == sorted(n for n in shards if n.endswith(".safetensors")) and len(got["step1"]) > 2, got

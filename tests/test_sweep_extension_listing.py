@@ -9,10 +9,18 @@ from sweep.extension.listing import HubFile, Listing
 GB = 10**9
 
 
-def listing(commit: str, weights: dict[str, str], extra: tuple[HubFile, ...] = ()) -> Listing:
+def listing(commit: str, weights: dict[str, str], extra: tuple[HubFile, ...] = (), size: int = GB) -> Listing:
+    """A revision listing: config, tokenizer, ``extra``, and ``weights`` ({file: sha}); several
+    safetensors files are the shards of a ``model.safetensors.index.json`` (its weight_map, one tensor
+    per shard, as list_revision reads it)."""
     files = [HubFile("config.json", 500, "c" * 40), HubFile("tokenizer.json", 900, "t" * 40), *extra]
-    files += [HubFile(name, GB, sha.ljust(64, "0"), sha.ljust(64, "0")) for name, sha in weights.items()]
-    return Listing(commit.ljust(40, "0"), tuple(files))
+    files += [HubFile(name, size, sha.ljust(64, "0"), sha.ljust(64, "0")) for name, sha in weights.items()]
+    indexes = ()
+    shards = [n for n in weights if n.endswith(".safetensors")]
+    if len(shards) > 1:
+        files.append(HubFile("model.safetensors.index.json", 300, "i" * 40))
+        indexes = (("model.safetensors.index.json", tuple((f"tensor.{n}", n) for n in sorted(shards))),)
+    return Listing(commit.ljust(40, "0"), tuple(files), indexes)
 
 
 def test_listing_weights_fetch_and_key() -> None:

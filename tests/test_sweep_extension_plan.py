@@ -17,9 +17,14 @@ GB = 10**9
 
 
 def listing(commit: str, weights: dict[str, str], size: int = GB, extra: tuple[HubFile, ...] = ()) -> Listing:
+    """Config, tokenizer and ``weights`` ({file: sha}); several safetensors files are an index's shards."""
     files = [HubFile("config.json", 500, "c" * 40), HubFile("tokenizer.json", 900, "t" * 40), *extra]
     files += [HubFile(name, size, sha.ljust(64, "0"), sha.ljust(64, "0")) for name, sha in weights.items()]
-    return Listing(commit.ljust(40, "0"), tuple(files))
+    indexes = ()
+    if len(weights) > 1:
+        files.append(HubFile("model.safetensors.index.json", 300, "i" * 40))
+        indexes = (("model.safetensors.index.json", tuple((f"tensor.{n}", n) for n in sorted(weights))),)
+    return Listing(commit.ljust(40, "0"), tuple(files), indexes)
 
 
 LISTINGS = {
@@ -27,7 +32,7 @@ LISTINGS = {
     "step1000": listing("b", {"model-1.safetensors": "b1", "model-2.safetensors": "b2"}),
     "step2000": listing("c", {"model-2.safetensors": "b2", "model-1.safetensors": "b1"}),  # step1000's bytes
     "step3000": listing("d", {"model-1.safetensors": "b1", "model-2.safetensors": "b2"}),  # and again
-    "step4000": listing("e", {"model-1.safetensors": "b1"}),  # a subset: not the same weights
+    "step4000": listing("e", {"model.safetensors": "b1"}),  # one of those files alone: not the same weights
     "pickled": listing("f", {"pytorch_model.bin": "f1"}),
 }
 

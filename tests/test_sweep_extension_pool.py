@@ -220,6 +220,33 @@ def test_cli_exit_status_and_closing_summary(cluster, revisions, tmp_path, capsy
     assert capsys.readouterr().err.strip() == "python -m sweep.extension: error: --n-seqs must be >= 1, got 0"
 
 
+def test_a_revision_that_does_not_load_as_shipped_is_a_failed_row_and_exit_1(cluster, tmp_path, capsys) -> None:
+    """--probe-mode whole (what auto picks for the paper's series) on a Llama revision without one k_proj:
+    from_pretrained would fill it at random and the row would be ok; it is failed, naming the tensor and
+    its file, the closing summary says so and the command exits 1. Its rows carry the probe settings."""
+    from extension_helpers import save_revision
+
+    name = "model.layers.1.self_attn.k_proj.weight"
+    save_revision(tmp_path / "clean")
+    save_revision(tmp_path / "broken", edit=lambda state: state.pop(name, None))
+    revisions = [{"revision": f"step{i}", "path": str(tmp_path / r), "tokens": i}
+                 for i, r in ((1, "clean"), (2, "broken"))]
+    (tmp_path / "m.json").write_text(json.dumps({"series": [{"name": "shipped", "revisions": revisions}]}))
+    (tmp_path / "probe.txt").write_text(TEXT)
+    store = tmp_path / "store"
+    argv = ["--manifest", str(tmp_path / "m.json"), "--store", str(store), "--text", str(tmp_path / "probe.txt"),
+            "--n-seqs", str(N_SEQS), "--seq-len", str(SEQ_LEN), "--actors", "1", "--probe-mode", "whole"]
+    assert main(argv) == 1
+    reason = (f"CheckpointError: {name} is missing from model.safetensors: from_pretrained would initialise the "
+              "model's weight at random")
+    assert f"  failed shipped@step2: {reason}" in capsys.readouterr().out
+    df = Store(str(store)).read("checkpoints")
+    assert df.groupby("revision")["status"].agg(set).to_dict() == {"step1": {"ok"}, "step2": {"failed"}}
+    assert df[df["revision"] == "step2"]["reason"].item() == reason
+    assert (df["probe_n_seqs"] == N_SEQS).all() and (df["probe_seq_len"] == SEQ_LEN).all()
+    assert main(argv) == 1  # not "already in the store": tried again, failed again
+
+
 # --- workers killed (last: each restart costs a worker start) ------------------------------
 
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from extension_helpers import N_SEQS, SEQ_LEN, TEXT, manifest_for, tiny_tokenizer
+from extension_helpers import N_SEQS, SEQ_LEN, TEXT, manifest_for, save_revision, tiny_tokenizer
 
 from metrics.hf_arch import tiny_config
+from metrics.hf_files import CheckpointError
 from sweep.extension.checkpoint_series import parse_manifest
 from sweep.extension.revision_probe import (
     Job,
@@ -153,7 +155,7 @@ def test_missing_weights_and_config_are_named(revisions, tmp_path) -> None:
     folder = tmp_path / "no-weights"
     shutil.copytree(src, folder)
     (folder / "model.safetensors").unlink()
-    with pytest.raises(RevisionError, match=r"no weights \(\*.safetensors\)"):
+    with pytest.raises(RevisionError, match=r"no weights \(model.safetensors or model.safetensors.index.json\)"):
         check_revision(str(folder), _job(folder), _settings(tmp_path))
     (folder / "config.json").unlink()
     with pytest.raises(RevisionError, match="no config.json in"):
@@ -180,3 +182,139 @@ def test_hub_cache_root_resolves_to_its_snapshot(revisions, tmp_path) -> None:
                                             r"refs/step9: give one .*snapshots/<hash> folder"):
         resolve_snapshot(str(root), "step9")
     assert resolve_snapshot(str(src), "x") == str(src)  # an ordinary folder is itself
+
+
+# --- revisions that do not load as shipped: a failure naming the tensor and its file, in both modes ----
+
+K1 = "model.layers.1.self_attn.k_proj.weight"
+MODES = ("whole", "streamed")
+
+
+def _probe(folder: Path, mode: str, tmp_path: Path, **settings) -> list[dict]:
+    job = Job("broken", "local-step0", None, str(folder), 0, 0, 0.0, mode=mode)
+    return probe_revision(job, TEXT, ProbeSettings(str(tmp_path / "store"), n_seqs=N_SEQS, seq_len=SEQ_LEN,
+                                                   **settings), torch.device("cpu"))
+
+
+def _drop(name: str):
+    return lambda state: state.pop(name, None)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_missing_weight_fails_the_revision_single_file_and_sharded(mode: str, tmp_path: Path) -> None:
+    """from_pretrained would initialise the missing k_proj at random (an ``ok`` row whose pr_k changes
+    from run to run): the revision fails, naming the tensor and the file it should be in."""
+    save_revision(tmp_path / "single", edit=_drop(K1))
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(K1)} is missing from model\.safetensors: "
+                                              "from_pretrained would initialise"):
+        _probe(tmp_path / "single", mode, tmp_path)
+    save_revision(tmp_path / "sharded", shard="20KB", edit=_drop(K1))
+    index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())["weight_map"]
+    assert len(set(index.values())) > 2
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(K1)} is missing from {re.escape(index[K1])}: "):
+        _probe(tmp_path / "sharded", mode, tmp_path)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_integer_weight_fails_the_revision(mode: str, tmp_path: Path) -> None:
+    """An int32 k_proj would be cast to float silently (pr_q moved 16.50 -> 17.08 in the review)."""
+
+    def to_int(state: dict) -> None:
+        state[K1] = (state[K1] * 100).to(torch.int32)
+
+    save_revision(tmp_path / "int", edit=to_int)
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(K1)} in model\.safetensors is I32: from_pretrained "
+                                              "would cast it"):
+        _probe(tmp_path / "int", mode, tmp_path)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_non_finite_weight_fails_while_it_is_hashed(mode: str, tmp_path: Path) -> None:
+    def nan(state: dict) -> None:
+        if K1 in state:
+            state[K1][0, 0] = float("nan")
+            state[K1][1, 1] = float("inf")
+
+    save_revision(tmp_path / "nan", shard="20KB", edit=nan)
+    shard = json.loads((tmp_path / "nan" / "model.safetensors.index.json").read_text())["weight_map"][K1]
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(K1)} in {re.escape(shard)} holds 2 non-finite values "
+                                              r"\(NaN or infinity\)"):
+        _probe(tmp_path / "nan", mode, tmp_path)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_unexpected_or_mismatched_tensor_fails_the_revision(mode: str, tmp_path: Path) -> None:
+    save_revision(tmp_path / "extra", edit=lambda s: s.update({"model.layers.0.mlp.gate_proj.bias": torch.zeros(64)}))
+    with pytest.raises(CheckpointError, match=r"^model\.layers\.0\.mlp\.gate_proj\.bias in model\.safetensors has "
+                                              "no place in the model"):
+        _probe(tmp_path / "extra", mode, tmp_path)
+    save_revision(tmp_path / "shape", edit=lambda s: s.update({K1: s[K1][:8].clone()}))
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(K1)} in model\.safetensors has shape \(8, 32\), the "
+                                              r"model's config gives \(16, 32\)"):
+        _probe(tmp_path / "shape", mode, tmp_path)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tied_embeddings_stored_under_either_name_probe_alike(mode: str, tmp_path: Path) -> None:
+    """A tied input/output embedding stored once, as the input embedding (transformers' way) or as
+    ``lm_head.weight`` (some converters' way), in one file or in shards: both load, in both modes, to
+    the same rows."""
+
+    def as_lm_head(state: dict) -> None:
+        if "model.embed_tokens.weight" in state:
+            state["lm_head.weight"] = state.pop("model.embed_tokens.weight")
+
+    from safetensors import safe_open
+
+    for layout in (None, "20KB"):  # one file, and shards with their index
+        embed, head = tmp_path / f"embed-{layout}", tmp_path / f"head-{layout}"
+        save_revision(embed, tie_word_embeddings=True, shard=layout)
+        save_revision(head, tie_word_embeddings=True, shard=layout, edit=as_lm_head)
+        stored = set()
+        for path in head.glob("*.safetensors"):
+            with safe_open(str(path), "pt") as f:
+                stored |= set(f.keys())
+        assert "lm_head.weight" in stored and "model.embed_tokens.weight" not in stored
+        a, b = _probe(embed, mode, tmp_path), _probe(head, mode, tmp_path)
+        assert [r["pr_k"] for r in a] == [r["pr_k"] for r in b]
+        assert [r["attn_entropy"] for r in a] == [r["attn_entropy"] for r in b]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_files_are_the_loaders_not_a_glob(mode: str, tmp_path: Path) -> None:
+    """model.safetensors beside shards and their index: from_pretrained loads model.safetensors, and so
+    does the probe (no "tensor ... in both"); a stray adapter or consolidated.safetensors is never read
+    and leaves the value digest as it is."""
+    from safetensors.torch import save_file
+
+    save_revision(tmp_path / "single")
+    plain = _probe(tmp_path / "single", mode, tmp_path)
+    both = tmp_path / "both"
+    save_revision(both, shard="20KB", seed=1)  # other weights in the shards: what is probed shows which
+    shutil.copy(tmp_path / "single" / "model.safetensors", both / "model.safetensors")
+    save_file({"base_model.model.lora_A.weight": torch.ones(2, 2)}, both / "adapter_model.safetensors")
+    save_file({"layers.0.attention.wq.weight": torch.ones(3, 3)}, both / "consolidated.safetensors")
+    rows = _probe(both, mode, tmp_path)
+    from sweep.extension.revision_probe import weight_set
+
+    assert [r["pr_k"] for r in rows] == [r["pr_k"] for r in plain]
+    assert rows[0]["weights_sha256"] == plain[0]["weights_sha256"]
+    assert weight_set(str(both)).files == (both / "model.safetensors",)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_token_ids_beyond_the_vocabulary_are_refused_before_the_forward_pass(mode: str, tmp_path: Path) -> None:
+    """A tokenizer of 100 tokens before a model of 60 rows: refused in one line naming both, not an
+    IndexError from inside the embedding (whole mode) or a bounds error (streamed)."""
+    save_revision(tmp_path / "small", vocab_size=60)
+    with pytest.raises(RevisionError, match=r"^the tokenizer gives token id \d+ \('.*'\), beyond the 60 rows of the "
+                                            r"input embedding model\.embed_tokens\.weight in model\.safetensors"):
+        _probe(tmp_path / "small", mode, tmp_path)
+
+
+def test_a_truncated_weight_file_is_named(tmp_path: Path) -> None:
+    save_revision(tmp_path / "cut", shard="20KB")
+    shard = sorted((tmp_path / "cut").glob("model-*.safetensors"))[1]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(shard.name)} cannot be read as safetensors: "):
+        _probe(tmp_path / "cut", "whole", tmp_path)

@@ -60,9 +60,11 @@ def test_cli_end_to_end(full_run):
     assert 3 <= blank - 1 <= 5  # headline lines, then the scorecard
     s = _strict_json(out / "stats.json")
     assert printed[blank + 1].startswith("reproduction scorecard, preset paper")
-    claims = [line for line in printed[blank + 2:] if not line.startswith("  note: ")]  # the preset's notes
+    head = next(i for i, line in enumerate(printed) if line.split()[:2] == ["claim", "paper"])
+    claims = [line for line in printed[head + 1:] if not line.startswith("    ")]  # ↳ notes are indented
     assert len(claims) == len(s["scorecard"])  # one line per claim
-    assert claims[0].split()[0] in ("direction", "undecided", "not")
+    assert claims[0].rstrip().endswith(("undecided", "reproduced", "reversed", "measured", "cannot be decided"))
+    assert max(map(len, printed[blank:])) <= 160
     assert s["missing"] == {}  # the dose–response section is optional: no strength sweep, no entry
     assert s["provenance"]["sweeps"]["baseline"]["n_runs"] == 18
     assert s["provenance"]["sweeps"]["interventions"]["n_runs"] == 30

@@ -57,11 +57,14 @@ def test_scorecard_and_report_say_where_each_claim_was_decided(tmp_path, capsys)
         rows["interventions.freeze_k.logit_std"]["reason"]
     assert "--seeds auto" not in (rows["interventions.freeze_k.qk_erank"]["reason"] or "")
     out = capsys.readouterr().out.splitlines()
-    printed = {claim: next(line for line in out if f" {claim} vs matched none" in line)
-               for claim in ("freeze_q: attn_entropy ↑", "freeze_k: logit_std ↓", "freeze_k: qk_erank ↑")}
-    assert " — --seeds auto: as predicted, decided at 3 seeds (look 1 of 4)" in printed["freeze_q: attn_entropy ↑"]
-    assert " — --seeds auto: undecided at 5 seeds" in printed["freeze_k: logit_std ↓"]
-    assert "--seeds auto" not in printed["freeze_k: qk_erank ↑"]
+    def under(claim: str) -> str:  # a row's table line and the ↳ notes below it
+        i = next(i for i, line in enumerate(out) if line.startswith(f"  {claim} "))
+        j = next((k for k in range(i + 1, len(out)) if not out[k].startswith("    ")), len(out))
+        return "\n".join(out[i:j])
+
+    assert "↳ --seeds auto: as predicted, decided at 3 seeds (look 1 of 4)" in under("freeze_q: attn_entropy ↑")
+    assert "↳ --seeds auto: undecided at 5 seeds" in under("freeze_k: logit_std ↓")
+    assert "--seeds auto" not in under("freeze_k: qk_erank ↑")
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Seeds until decided (`--seeds auto`)" in md
     assert ("| `interventions.freeze_q.attn_entropy` | + | as predicted, decided at 3 seeds (look 1 of 4) | 0.001 | "

@@ -367,4 +367,5 @@ def test_a_strength_sweep_decides_its_dose_response_in_the_family_and_the_record
         half = c["boundary"] * c["sd"] / np.sqrt(c["n"])
         assert (lo, hi) == (pytest.approx(c["mean"] - half), pytest.approx(c["mean"] + half)), cid
         assert (lo > 0 or hi < 0) == (c["outcome"] != "undecided"), cid
+        assert c["level"] == pytest.approx(0.05 / (c["level_j"] or 1)) and c["level"] == c["alpha_level"], cid
     assert got["interventions.freeze_q.attn_entropy"]["outcome"] == "undecided"

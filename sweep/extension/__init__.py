@@ -19,7 +19,10 @@ as ``failed``. Store writes replace the revision's file, so a retried revision n
 duplicates rows. With ``--disk-budget`` a revision is downloaded, probed and deleted again,
 within a budget that the probes sharing a hub cache share (``disk``).
 Rerunning skips revisions whose rows are ``ok`` (``--force`` redoes them);
-failed revisions are tried again. Exit status: 0 when every revision was probed,
+failed revisions are tried again. Every row carries the probe settings (``record``), and a rerun
+of a store under other settings is refused before Ray starts. A revision whose weights do not load
+as shipped (a key missing, unexpected or of another shape, a non-float or non-finite weight:
+``metrics.hf_files``) is a failed row naming the tensor and its file, in both probe modes. Exit status: 0 when every revision was probed,
 1 when some failed (the closing summary names each with its reason), 2 for bad
 input. Model families are adapters in ``metrics.hf_arch``; a revision of another
 ``model_type`` is refused from its ``config.json`` before any weight is read.
@@ -34,7 +37,8 @@ One module per idea: ``checkpoint_series`` (the series registry, revision
 selection, manifests), ``revision_probe`` (one revision: download, load, probe,
 rows), ``integrity`` (weights value digests, duplicate revisions), ``hub`` (which hub errors are retried),
 ``listing`` (a hub revision's files before download), ``plan`` (what each revision needs, duplicates by
-file sha256), ``disk`` (the disk budget), ``pool`` (the Ray tasks), ``cli`` (``python -m sweep.extension``; ``probe_checkpoints`` is it as a function) and ``tiny_series`` (a tiny
+file sha256), ``disk`` (the disk budget and its leases), ``record`` (the probe settings of a row; a store
+of other settings refused), ``pool`` (the Ray tasks), ``cli`` (``python -m sweep.extension``; ``probe_checkpoints`` is it as a function) and ``tiny_series`` (a tiny
 offline GPT-2 series to probe; ``python -m sweep.tiny_series``). The names below
 are the package's API; its modules import each other directly, never through here.
 """

@@ -45,6 +45,9 @@ if TYPE_CHECKING:  # Ray, torch and the store load after the flags are parsed (-
     from sweep.extension.pool import JobResult
     from sweep.extension.revision_probe import ProbeSettings
 
+#: ``--disk-wait``'s default: ``sweep.extension.disk.DISK_WAIT`` (tests/test_sweep_extension_cli.py checks
+#: that they agree), named here so that the parser imports nothing heavy
+DISK_WAIT = 7200.0
 #: ``--probe-mode``: ``sweep.extension.revision_probe.PROBE_MODES`` (tests/test_entry_points.py checks
 #: that they agree), named here so that the parser imports no torch
 PROBE_MODES = ("auto", "whole", "streamed")
@@ -86,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--disk-budget", type=size_arg, metavar="SIZE",
                    help="most bytes of hub downloads the cache of a node holds at once, e.g. 40GB: each revision "
                    "is downloaded, probed, then what this run downloaded is deleted (default: no limit, kept)")
+    p.add_argument("--disk-wait", type=float, default=DISK_WAIT, metavar="SECONDS",
+                   help="seconds a revision waits for room in --disk-budget (saying who holds it) before it fails "
+                   f"(default {DISK_WAIT:.0f})")
     p.add_argument("--probe-mode", choices=PROBE_MODES, default="auto",
                    help="whole: load each model; streamed: one decoder block in memory at a time; auto: streamed "
                    "when the whole model does not fit --memory-per-actor")
@@ -141,7 +147,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtensionSettings:
 
     probe = ProbeSettings(args.store, args.n_seqs, args.seq_len, args.hf_cache, max(1, int(args.cpus_per_actor)),
                           args.allow_pickle_weights, args.cpus_per_actor, Plugins.from_args(args),
-                          args.disk_budget, args.probe_mode, args.memory_per_actor)
+                          args.disk_budget, args.probe_mode, args.memory_per_actor, args.disk_wait)
     return ExtensionSettings(probe, args.actors, args.gpus_per_actor, args.max_attempts, args.force,
                              args.address, args.num_cpus, args.num_gpus)
 
@@ -246,9 +252,15 @@ def probe_checkpoints(manifest: Manifest, settings: ExtensionSettings, text: str
 
     node = None if settings.address else node_gpus(settings.num_gpus)
     gpu_fraction("--gpus-per-actor", settings.gpus_per_actor, node)
+    from sweep.extension.record import ProbeRecord, check_store
+
     store_uri = absolute_uri(settings.probe.store)
     store = Store(store_uri)
     store.check_writable()
+    text = default_probe_text() if text is None else text
+    jobs = [(s.name, r.revision) for s in manifest.series for r in s.revisions]
+    for line in check_store(store, ProbeRecord.of(settings.probe, text), jobs, settings.force):  # before Ray
+        print(line, file=sys.stderr, flush=True)
     if save_manifest:
         write_manifest(manifest, save_manifest)
     n_revs = sum(len(s.revisions) for s in manifest.series)
@@ -259,8 +271,7 @@ def probe_checkpoints(manifest: Manifest, settings: ExtensionSettings, text: str
     started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
     try:
         with sweep_lock(store, "extension"):
-            results = run_extension(manifest, probe, default_probe_text() if text is None else text,
-                                    settings.actors, settings.gpus_per_actor, settings.force,
+            results = run_extension(manifest, probe, text, settings.actors, settings.gpus_per_actor, settings.force,
                                     settings.max_attempts)
     finally:
         if started:

@@ -22,7 +22,8 @@ digest of the weights' *values*, not of their files:
   embedding in every supported family (``model.embed_tokens`` > ``lm_head``,
   ``gpt_neox.embed_in`` > ``embed_out``, ``transformer.wte`` > ``lm_head``),
   the name transformers' safetensors writer keeps;
-- file names, file metadata and extra files do not enter; every tensor a file
+- file names, file metadata and extra files do not enter (only the files
+  ``from_pretrained`` loads are hashed: ``metrics.hf_files``); every tensor a file
   stores does (an old checkpoint that also stores a buffer, e.g. GPT-2's causal
   mask ``attn.bias``, hashes differently from one without it).
 
@@ -55,13 +56,14 @@ import os
 import re
 import struct
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
+from metrics.hf_files import CheckpointError, open_safetensors, read_pickle
 from sweep.store import Store
 
 DUPLICATE_PREFIX = "duplicate_of:"
@@ -75,12 +77,15 @@ _MEMO_SIZE = 256
 _BLOB = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
-def weights_sha256(files: Iterable[str | Path], allow_pickle: bool = False) -> str:
+def weights_sha256(files: Iterable[str | Path], allow_pickle: bool = False,
+                   finite: Collection[str] | None = None) -> str:
     """sha256 of the weights' values: (name, shape, values as canonical dtype) per tensor, by name.
 
-    ``files``: the revision's ``*.safetensors`` files, or its pickled ``*.bin``
-    state dicts (only with ``allow_pickle``); any shard layout. See the module
-    docstring for the canonical form.
+    ``files``: the revision's weight files as ``from_pretrained`` loads them (``metrics.hf_files``:
+    ``model.safetensors`` or an index's shards; its pickled ``*.bin`` state dicts only with
+    ``allow_pickle``). See the module docstring for the canonical form. ``finite``: tensor names whose
+    values must be finite (the model's parameters): a NaN or an infinity among them is a
+    ``CheckpointError`` naming the tensor and its file, found in the same pass that hashes them.
     """
     paths = sorted({Path(f) for f in files}, key=str)
     if not paths:
@@ -88,13 +93,15 @@ def weights_sha256(files: Iterable[str | Path], allow_pickle: bool = False) -> s
     pickled = [p.name for p in paths if p.suffix != ".safetensors"]
     if pickled and not allow_pickle:
         raise ValueError(f"{pickled[0]} is a pickle; hashing it loads it: needs allow_pickle")
-    key = tuple(_byte_identity(p) for p in paths)
+    checked = frozenset(finite or ())
+    key = (tuple(_byte_identity(p) for p in paths), hashlib.sha256("\0".join(sorted(checked)).encode()).hexdigest())
     if key in _MEMO:
         return _MEMO[key]
     digest = hashlib.sha256(DIGEST_FORMAT)
     with _tensor_readers(paths) as readers:
         for name in sorted(readers):
-            _hash_tensor(digest, name, readers[name]())
+            path, read = readers[name]
+            _hash_tensor(digest, name, read(), path if name in checked else None)
     if len(_MEMO) >= _MEMO_SIZE:
         _MEMO.pop(next(iter(_MEMO)))
     _MEMO[key] = out = digest.hexdigest()
@@ -123,25 +130,23 @@ def _byte_identity(path: Path) -> tuple:
 
 
 @contextlib.contextmanager
-def _tensor_readers(paths: list[Path]) -> Iterator[dict[str, Callable[[], torch.Tensor]]]:
-    """{tensor name: a function reading it}, over all files; a name in two files is an error."""
-    from safetensors import safe_open
-
-    readers: dict[str, Callable[[], torch.Tensor]] = {}
-    where: dict[str, Path] = {}
+def _tensor_readers(paths: list[Path]) -> Iterator[dict[str, tuple[Path, Callable[[], torch.Tensor]]]]:
+    """{tensor name: (its file, a function reading it)}, over all files; a name in two files, or a file
+    that cannot be read, is a ``CheckpointError`` naming the file."""
+    readers: dict[str, tuple[Path, Callable[[], torch.Tensor]]] = {}
 
     def add(name: str, path: Path, read: Callable[[], torch.Tensor]) -> None:
         if name in readers:
-            raise ValueError(f"tensor {name!r} is in both {where[name].name} and {path.name}")
-        readers[name], where[name] = read, path
+            raise CheckpointError(f"tensor {name!r} is in both {readers[name][0].name} and {path.name}")
+        readers[name] = (path, read)
 
     def read_one(path: Path, name: str) -> torch.Tensor:
-        with safe_open(str(path), framework="pt") as handle:  # closed again: its pages leave the process
+        with open_safetensors(path) as handle:  # closed again: its pages leave the process
             return handle.get_tensor(name)
 
     for path in paths:
         if path.suffix == ".safetensors":
-            with safe_open(str(path), framework="pt") as handle:
+            with open_safetensors(path) as handle:
                 names = list(handle.keys())
             for name in names:
                 add(name, path, lambda p=path, n=name: read_one(p, n))
@@ -152,15 +157,8 @@ def _tensor_readers(paths: list[Path]) -> Iterator[dict[str, Callable[[], torch.
 
 
 def _load_pickle(path: Path) -> dict[str, torch.Tensor]:
-    """A pickled state dict, memory-mapped when its format allows, tied aliases counted once."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except RuntimeError as exc:  # the legacy (pre-zip) format cannot be memory-mapped
-        if "mmap" not in str(exc):
-            raise
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise ValueError(f"{path.name} is not a state dict of tensors")
+    """A pickled state dict (``metrics.hf_files.read_pickle``), tied aliases counted once."""
+    state = read_pickle(path)
     groups: dict[tuple, list[str]] = defaultdict(list)
     for name, t in state.items():  # empty tensors hold no storage to share: each is its own
         view = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape), t.stride())
@@ -168,21 +166,29 @@ def _load_pickle(path: Path) -> dict[str, torch.Tensor]:
     return {max(names): state[max(names)] for names in groups.values()}
 
 
-def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor) -> None:
-    """Feed one tensor's name, canonical kind, shape and canonical values to ``digest``."""
+def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor, finite_in: Path | None = None) -> None:
+    """Feed one tensor's name, canonical kind, shape and canonical values to ``digest``; with
+    ``finite_in`` (its file), a floating tensor with a NaN or infinity is a ``CheckpointError``."""
     tag, dtype, np_dtype = _canonical(tensor)
     encoded = name.encode()
     shape = tuple(tensor.shape)
     digest.update(struct.pack("<Q", len(encoded)) + encoded + tag
                   + struct.pack(f"<Q{len(shape)}Q", len(shape), *shape))
     flat = tensor.reshape(-1)
+    bad = 0
     for start in range(0, flat.numel(), _CHUNK):
         chunk = flat[start : start + _CHUNK].to(dtype)
+        # a sum is finite only when every value is (NaN and ±inf propagate; overflow merely sends it to the count)
+        if finite_in is not None and dtype.is_floating_point and not torch.isfinite(chunk.sum()):
+            bad += int((~torch.isfinite(chunk)).sum())
         if dtype.is_floating_point:
             nan = torch.isnan(chunk)
             if nan.any():
                 chunk = chunk.masked_fill(nan, float("nan"))
         digest.update(np.ascontiguousarray(chunk.numpy(), dtype=np_dtype).data)
+    if bad:
+        raise CheckpointError(f"{name} in {finite_in.name} holds {bad} non-finite value{'s' if bad > 1 else ''} "
+                              f"(NaN or infinity) of {flat.numel()}")
 
 
 def _canonical(tensor: torch.Tensor) -> tuple[bytes, torch.dtype, str]:

@@ -5,10 +5,13 @@ their sha256 (SPEC §7, "Large series").
 branch points at, and per file its size, its git blob id and, for LFS files (weights), the
 sha256 of its bytes. From that alone:
 
-* ``Listing.fetch`` — the files a probe downloads (``REVISION_FILES``: config, tokenizer and
-  the weights; safetensors when the revision has them, pickled ``*.bin`` only with
-  ``--allow-pickle-weights``) — and their bytes, which the disk budget and the memory request
-  of the revision's Ray task are computed from;
+* ``Listing.weights`` — the weight files ``from_pretrained`` loads (``metrics.hf_files.loader_files``):
+  ``model.safetensors`` when listed, else the shards its index's ``weight_map`` names (the index, a
+  few kB, is read when the revision is listed); pickles (``pytorch_model.bin`` or its index) only with
+  ``--allow-pickle-weights`` and when there are no safetensors. Any other weight-like file (an
+  adapter, ``consolidated.safetensors``) is never downloaded;
+* ``Listing.fetch`` — the files a probe downloads (config, tokenizer and those weights) — and their
+  bytes, which the disk budget and the memory request of the revision's Ray task are computed from;
 * ``Listing.weights_key`` — the set of the weight files' sha256: two revisions with the same
   set serve byte-identical weights, and the second is a duplicate found without a download
   (public series do this: pythia step branches that serve the end-of-training files).
@@ -20,7 +23,10 @@ mix two commits' files.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from metrics.hf_files import CheckpointError, loader_files, parse_index
 
 #: Files a probe needs besides the weights: config, tokenizer files (``TOKENIZER_FILES`` of
 #: revision_probe), generation config and the like.
@@ -41,19 +47,30 @@ class HubFile:
 
 @dataclass(frozen=True)
 class Listing:
-    """A revision's ``commit`` and ``files`` as the Hub lists them."""
+    """A revision's ``commit`` and ``files`` as the Hub lists them, and ``indexes``: the ``weight_map``
+    of each weight index the loader reads (index file, ((tensor, shard), ...)), read at listing time."""
 
     commit: str
     files: tuple[HubFile, ...]
+    indexes: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+    def _loaded(self, pickled: bool) -> tuple[str, ...]:
+        names = {f.path for f in self.files if "/" not in f.path}
+        maps = dict(self.indexes)
+
+        def read(index: str) -> Mapping[str, str]:
+            if index not in maps:
+                raise CheckpointError(f"{index} was not read when the revision was listed")
+            return dict(maps[index])
+
+        return loader_files(names, read, pickled)[0]
 
     def weights(self, allow_pickle: bool = False) -> tuple[HubFile, ...]:
-        """The weight files a probe loads: the top-level ``*.safetensors``, else (with
-        ``allow_pickle``) the ``*.bin`` state dicts; empty when there are none to load."""
-        top = [f for f in self.files if "/" not in f.path]
-        safe = tuple(f for f in top if f.path.endswith(".safetensors"))
-        if safe or not allow_pickle:
-            return safe
-        return tuple(f for f in top if f.path.endswith(".bin") and f.path != "training_args.bin")
+        """The weight files ``from_pretrained`` loads (see the module docstring); empty when there are
+        none to load. A ``CheckpointError`` when its index names a shard the revision lacks."""
+        names = self._loaded(pickled=False) or (self._loaded(pickled=True) if allow_pickle else ())
+        by_path = {f.path: f for f in self.files}
+        return tuple(by_path[n] for n in names)
 
     def configs(self) -> tuple[HubFile, ...]:
         """The top-level config and tokenizer files (``CONFIG_PATTERNS``)."""
@@ -97,4 +114,28 @@ def list_revision(repo: str, revision: str) -> Listing:
         files.append(HubFile(s.rfilename, int(s.size), blob, sha))
     if not info.sha:
         raise ValueError(f"{repo}@{revision}: the Hub listed no commit")
-    return Listing(info.sha, tuple(files))
+    return Listing(info.sha, tuple(files), read_indexes(repo, info.sha, [f.path for f in files]))
+
+
+def read_indexes(repo: str, commit: str, paths: list[str]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """The ``weight_map`` of each index file the loader reads among ``paths`` (downloaded alone, by
+    commit, into a throw-away folder: outside the hub cache and its disk budget)."""
+    import tempfile
+    from pathlib import Path
+
+    from huggingface_hub import hf_hub_download
+
+    from sweep.extension.hub import with_hub_retries
+
+    names = {p for p in paths if "/" not in p}
+    maps: dict[str, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="qkgeom-index-") as scratch:
+
+        def read(index: str) -> dict[str, str]:
+            local = with_hub_retries(lambda: hf_hub_download(repo, index, revision=commit, cache_dir=scratch))
+            maps[index] = parse_index(Path(local).read_text(encoding="utf-8"), index)
+            return maps[index]
+
+        if not loader_files(names, read)[0]:
+            loader_files(names, read, pickled=True)
+    return tuple((name, tuple(sorted(m.items()))) for name, m in sorted(maps.items()))

@@ -18,6 +18,7 @@ from sweep.extension.checkpoint_series import (
     Manifest,
 )
 from sweep.extension.integrity import DUPLICATE_PREFIX, mark_duplicates
+from sweep.extension.record import ProbeRecord, check_store
 from sweep.extension.revision_probe import (
     Job,
     ProbeSettings,
@@ -78,13 +79,14 @@ def _prepare(settings: ProbeSettings) -> torch.device:
 def probe_and_write(job: Job, text: str, settings: ProbeSettings, probe: Probe = probe_revision) -> JobResult:
     """Probe ``job`` on ``text`` and write its rows to the store; a failure is recorded, not raised."""
     device = _prepare(settings)
+    record = ProbeRecord.of(settings, text)  # this worker's transformers: the one that loads and runs
     t0 = time.perf_counter()
     try:
         layers = probe(job, text, settings, device)
-        rows, status, reason = checkpoint_rows(job, layers), "ok", None
+        rows, status, reason = checkpoint_rows(job, layers, record=record), "ok", None
     except Exception as exc:  # any failure of one revision is recorded, not raised
         reason = f"{type(exc).__name__}: {exc}"[:2000]
-        rows, status, layers = checkpoint_rows(job, None, reason), "failed", []
+        rows, status, layers = checkpoint_rows(job, None, reason, record), "failed", []
     Store(settings.store).write_checkpoint(rows)
     return JobResult(job.series, job.revision, status, reason, len(layers), time.perf_counter() - t0,
                      os.getpid(), job.mode, job.memory)
@@ -186,7 +188,8 @@ class Pool:
 
     def _record_failure(self, job: Job, reason: str) -> JobResult:
         reason = reason[:2000]
-        Store(self.settings.store).write_checkpoint(checkpoint_rows(job, None, reason))
+        record = ProbeRecord.of(self.settings, self.text)
+        Store(self.settings.store).write_checkpoint(checkpoint_rows(job, None, reason, record))
         return JobResult(job.series, job.revision, "failed", reason, mode=job.mode, memory=job.memory)
 
     def _write_copy(self, probed: Job, dup: Job) -> JobResult:
@@ -218,7 +221,8 @@ def run_extension(
 ) -> list[JobResult]:
     """Probe every revision of ``manifest`` not already ``ok`` in the store (all with ``force``).
 
-    Needs an initialised Ray. ``pool``: a started pool to use and leave open (its
+    A ``UsageError`` first when the store holds rows measured under other probe settings
+    (``sweep.extension.record.check_store``). Needs an initialised Ray. ``pool``: a started pool to use and leave open (its
     own settings and text apply); default: a fresh pool for this call. Before any
     download the revisions are planned (``sweep.extension.plan``: refusals, probe
     mode, memory per task, duplicates by weight-file sha256). Returns one result per
@@ -231,8 +235,11 @@ def run_extension(
     from sweep.extension.plan import plan_jobs
 
     used = pool.settings if pool is not None else settings
+    text = pool.text if pool is not None else text
     store = Store(used.store)
     jobs = jobs_from_manifest(manifest)
+    record = ProbeRecord.of(used, text)
+    check_store(store, record, [(j.series, j.revision) for j in jobs], force)
     done = set() if force else done_revisions(store)
     todo = [j for j in jobs if (j.series, j.revision) not in done]
     results = [JobResult(j.series, j.revision, "skipped") for j in jobs if (j.series, j.revision) in done]
@@ -241,7 +248,7 @@ def run_extension(
     actors = pool.n_actors if pool is not None else n_actors
     plan = plan_jobs(todo, used, *node_memory(used.cpus or used.threads, actors))
     for job, reason in plan.failed:
-        store.write_checkpoint(checkpoint_rows(job, None, reason))
+        store.write_checkpoint(checkpoint_rows(job, None, reason, record))
         results.append(JobResult(job.series, job.revision, "failed", reason))
     with tqdm(total=len(todo) - len(plan.failed), unit="rev", desc="checkpoints", disable=not progress) as bar:
 

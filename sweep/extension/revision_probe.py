@@ -1,13 +1,15 @@
 """Probe one revision of a public checkpoint series (SPEC §7), without Ray.
 
 A ``Job`` names one revision (hub repo + revision, or a local folder); ``probe_revision``
-fetches or opens it, loads the model and its own tokenizer, builds the fixed probe
-windows (``probe_windows``) and returns one metrics dict per layer — the whole model
-(``metrics.hf_probe.probe_hf_model``) or one decoder block at a time
-(``metrics.hf_stream.probe_streamed``), as the job's ``mode`` says; ``checkpoint_rows``
-turns that into rows of the ``checkpoints`` table. A hub revision is downloaded file by
-file from its listing (``sweep.extension.listing``), within the disk budget when there is
-one (``sweep.extension.disk``), and what this run downloaded is deleted after its probe.
+fetches or opens it, checks that its weight files (the loader's: ``weight_set``) load into the
+model as shipped, hashes them (every parameter finite), loads its own tokenizer, builds the fixed
+probe windows (``probe_windows``, their ids checked against the embedding) and returns one metrics
+dict per layer — the whole model (``metrics.hf_probe.probe_hf_model``) or one decoder block at a
+time (``metrics.hf_stream.probe_streamed``), as the job's ``mode`` says; ``checkpoint_rows`` turns
+that into rows of the ``checkpoints`` table, with the probe settings (``sweep.extension.record``).
+A hub revision is downloaded file by file from its listing (``sweep.extension.listing``), within
+the disk budget when there is one (``sweep.extension.disk``), and what this run downloaded is
+deleted after its probe.
 ``sweep.extension`` runs these as Ray tasks.
 """
 
@@ -23,13 +25,23 @@ from typing import Any, Literal
 
 import torch
 
+from metrics.hf_files import (
+    CheckpointError,
+    KeyMap,
+    WeightSet,
+    check_loading_info,
+    key_map,
+    local_weights,
+    tensor_table,
+)
 from model.plugins import Plugins
 from sweep.cli import at_least, positive
 from sweep.extension.checkpoint_series import Manifest
-from sweep.extension.disk import DiskLedger, default_cache
+from sweep.extension.disk import DISK_WAIT, DiskLedger, default_cache
 from sweep.extension.hub import with_hub_retries
 from sweep.extension.integrity import weights_sha256
 from sweep.extension.listing import HubFile, Listing, list_revision
+from sweep.extension.record import ProbeRecord
 from sweep.store.schema import CHECKPOINT_METRICS, SCHEMA_VERSION
 
 FETCH_RETRIES = 3
@@ -71,6 +83,7 @@ class ProbeSettings:
     disk_budget: int | None = None  # bytes of hub downloads a cache may hold at once (None: no limit, kept)
     probe_mode: str = "auto"  # auto: streamed when the whole model does not fit memory_per_actor
     memory_per_actor: int | None = None  # bytes one probe may use (None: a node's share, sweep.extension.plan)
+    disk_wait: float = DISK_WAIT  # seconds a revision waits for room in the disk budget before it fails
 
     def __post_init__(self) -> None:
         """Each value on its own, named by its flag."""
@@ -81,6 +94,7 @@ class ProbeSettings:
         positive("--cpus-per-actor", self.cpus)
         positive("--disk-budget", self.disk_budget)
         positive("--memory-per-actor", self.memory_per_actor)
+        positive("--disk-wait", self.disk_wait)
         if self.probe_mode not in PROBE_MODES:
             raise UsageError(f"--probe-mode {self.probe_mode!r}: choose from {', '.join(PROBE_MODES)}")
 
@@ -170,10 +184,14 @@ def revision_files(repo: str, revision: str, listing: Listing, allow_pickle: boo
     A ``RevisionError`` when it has no config.json or no weights to load (pickles only without
     ``allow_pickle``).
     """
-    if not listing.weights(allow_pickle):
-        if listing.weights(allow_pickle=True):
+    try:
+        loaded, pickles = listing.weights(allow_pickle), listing.weights(allow_pickle=True)
+    except CheckpointError as exc:
+        raise RevisionError(f"{repo}@{revision}: {exc}") from None
+    if not loaded:
+        if pickles:
             raise RevisionError(f"{repo}@{revision} has no safetensors weights; {PICKLE_HINT}")
-        raise RevisionError(f"{repo}@{revision} has no weights (*.safetensors)")
+        raise RevisionError(f"{repo}@{revision} has no weights (model.safetensors or model.safetensors.index.json)")
     if not listing.has("config.json"):
         raise RevisionError(f"{repo}@{revision} has no config.json")
     files = [(listing.commit, f) for f in listing.fetch(allow_pickle)]
@@ -294,6 +312,9 @@ def check_revision(folder: str, job: Job, settings: ProbeSettings) -> Any:
         raise RevisionError(f"no config.json in {folder}{hint}")
     check_model_type(path)
     config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+    if getattr(config, "transformers_weights", None):
+        raise RevisionError(f"{path} names its own weight file (transformers_weights: "
+                            f"{config.transformers_weights!r}): not supported by the probe")
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if limit is not None and settings.seq_len > limit:
         raise RevisionError(f"seq_len {settings.seq_len} exceeds the model's {limit} positions")
@@ -307,17 +328,27 @@ def check_revision(folder: str, job: Job, settings: ProbeSettings) -> Any:
     return config
 
 
+def weight_set(folder: str, allow_pickle: bool = False) -> WeightSet:
+    """The weight files ``from_pretrained`` loads from ``folder`` (``metrics.hf_files.local_weights``):
+    ``model.safetensors``, else the shards its index names; pickles (``pytorch_model.bin`` or its index)
+    only with ``allow_pickle`` and when there are no safetensors. Any other file is ignored."""
+    try:
+        found = local_weights(folder) or (local_weights(folder, pickled=True) if allow_pickle else None)
+        pickled = None if found else local_weights(folder, pickled=True)
+    except CheckpointError as exc:
+        raise RevisionError(f"{exc} (in {folder})") from None
+    if found is not None:
+        return found
+    if pickled is not None:
+        raise RevisionError(f"{folder} has only pickled weights ({pickled.describe()}); {PICKLE_HINT}")
+    stray = sorted(p.name for p in Path(folder).glob("*.safetensors"))
+    also = f"; its {', '.join(stray)} {'is' if len(stray) == 1 else 'are'} not what from_pretrained loads" if stray else ""
+    raise RevisionError(f"no weights (model.safetensors or model.safetensors.index.json) in {folder}{also}")
+
+
 def weight_files(folder: str, allow_pickle: bool = False) -> list[Path]:
-    """The revision's safetensors files; its ``*.bin`` pickles only with ``allow_pickle``."""
-    safe = sorted(Path(folder).glob("*.safetensors"))
-    if safe:
-        return safe
-    pickled = sorted(p for p in Path(folder).glob("*.bin") if p.name != "training_args.bin")
-    if not pickled:
-        raise RevisionError(f"no weights (*.safetensors) in {folder}")
-    if not allow_pickle:
-        raise RevisionError(f"{folder} has only pickled weights ({pickled[0].name}); {PICKLE_HINT}")
-    return pickled
+    """The files of ``weight_set``."""
+    return list(weight_set(folder, allow_pickle).files)
 
 
 def load_tokenizer(folder: str, job: Job, fallback: str | None = None) -> Any:
@@ -332,19 +363,23 @@ def load_tokenizer(folder: str, job: Job, fallback: str | None = None) -> Any:
     return AutoTokenizer.from_pretrained(fallback)
 
 
-def checkpoint_rows(job: Job, layers: list[dict[str, float]] | None, reason: str | None = None) -> list[dict]:
-    """Rows of the ``checkpoints`` table for one revision: per layer, or one failed row."""
+def checkpoint_rows(job: Job, layers: list[dict[str, float]] | None, reason: str | None = None,
+                    record: ProbeRecord | None = None) -> list[dict]:
+    """Rows of the ``checkpoints`` table for one revision: per layer, or one failed row; ``record``: the
+    probe settings every row carries (``sweep.extension.record``; None only for tests of other columns)."""
     base = {
         "series": job.series, "repo": job.repo, "revision": job.revision, "step": job.step,
         "tokens": job.tokens, "progress": job.progress,
     }
     tail = {"schema_version": SCHEMA_VERSION}
+    settings = record.columns() if record is not None else {}
     if layers is None:
         return [{**base, "layer": None, **dict.fromkeys(CHECKPOINT_METRICS), "status": "failed",
-                 "reason": reason, **tail}]
+                 "reason": reason, **tail, **settings}]
     return [
         {**base, "layer": int(row["layer"]), **{c: float(row[c]) for c in CHECKPOINT_METRICS},
-         "dtype": row.get("dtype"), "status": "ok", "reason": None, **tail, "weights_sha256": row.get("weights_sha256")}
+         "dtype": row.get("dtype"), "status": "ok", "reason": None, **tail, "weights_sha256": row.get("weights_sha256"),
+         **settings}
         for row in layers
     ]
 
@@ -364,7 +399,7 @@ def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.d
     listing = job.listing or revision_listing(job.repo, job.revision)
     files = revision_files(job.repo, job.revision, listing, settings.allow_pickle)
     cache = Path(settings.hf_cache) if settings.hf_cache else default_cache()
-    ledger = DiskLedger(cache, settings.disk_budget) if settings.disk_budget else None
+    ledger = DiskLedger(cache, settings.disk_budget, wait=settings.disk_wait) if settings.disk_budget else None
     what = f"{job.repo}@{job.revision}"
     with ledger.hold(job.repo, files, what) if ledger else nullcontext():
         folders = download(job.repo, files, cache)
@@ -375,26 +410,39 @@ def probe_revision(job: Job, text: str, settings: ProbeSettings, device: torch.d
 def probe_folder(folder: str, job: Job, text: str, settings: ProbeSettings, device: torch.device,
                  tokenizer_from: str | None = None) -> list[dict[str, float]]:
     """Check, hash, load and probe the revision in ``folder`` as ``job.mode`` says (whole model,
-    or one decoder block at a time); ``tokenizer_from``: a folder with ``main``'s tokenizer."""
+    or one decoder block at a time); ``tokenizer_from``: a folder with ``main``'s tokenizer.
+
+    In both modes, before any forward pass: the weight files are the loader's (``weight_set``); they
+    load into the model as shipped (``metrics.hf_files.key_map``: no key missing, unexpected or of
+    another shape, every parameter floating point); every parameter is finite (checked while hashed);
+    every probe token id has a row in the input embedding. Each failure names the tensor and its file.
+    """
     from transformers import AutoModelForCausalLM
 
     from metrics.hf_probe import probe_hf_model
-    from metrics.hf_stream import probe_streamed
+    from metrics.hf_stream import meta_model, probe_streamed
 
-    check_revision(folder, job, settings)
-    files = weight_files(folder, settings.allow_pickle)
-    digest = weights_sha256(files, allow_pickle=settings.allow_pickle)
+    config = check_revision(folder, job, settings)
+    weights = weight_set(folder, settings.allow_pickle)
+    meta = meta_model(config)
+    table = tensor_table(weights.files)
+    keys = key_map(meta, table, weights)
+    digest = weights_sha256(weights.files, allow_pickle=settings.allow_pickle, finite=keys.stored_params())
     tokenizer = load_tokenizer(folder, job, tokenizer_from)
-    ids = probe_windows(tokenizer, text, settings.n_seqs, settings.seq_len).to(device)
+    ids = probe_windows(tokenizer, text, settings.n_seqs, settings.seq_len)
+    check_vocabulary(ids, tokenizer, meta, keys, table)
+    ids = ids.to(device)
     if job.mode == "streamed":
-        if files[0].suffix != ".safetensors":
+        if weights.pickled:
             raise RevisionError(f"{folder} has pickled weights only: the layer-streamed probe reads safetensors")
-        return [{**row, "weights_sha256": digest} for row in probe_streamed(folder, ids, files)]
+        return [{**row, "weights_sha256": digest} for row in probe_streamed(folder, ids, weights)]
     dtype = torch.float32  # on every device (SPEC §7): bf16 on CUDA moved pr_q − pr_k by up to ~2 %
     model = None
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
-                                                     use_safetensors=files[0].suffix == ".safetensors")
+        model, info = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=dtype, trust_remote_code=False, use_safetensors=not weights.pickled,
+            output_loading_info=True)
+        check_loading_info(info, model, weights)  # what key_map found, as transformers itself saw it
         model.to(device)
         return [{**row, "weights_sha256": digest} for row in probe_hf_model(model, ids)]
     finally:
@@ -402,3 +450,19 @@ def probe_folder(folder: str, job: Job, text: str, settings: ProbeSettings, devi
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def check_vocabulary(ids: torch.Tensor, tokenizer: Any, model: torch.nn.Module, keys: KeyMap,
+                     table: dict[str, Any]) -> None:
+    """A ``RevisionError`` when a probe token id [B, T] has no row in the input embedding (the tokenizer
+    is not the model's: the forward pass would fail, or read another token's row)."""
+    embed = model.get_input_embeddings()
+    key = next(f"{name}.weight" for name, m in model.named_modules() if m is embed)
+    stored = keys.names[key]
+    rows = table[stored].shape[0]
+    top = int(ids.max())
+    if top >= rows or int(ids.min()) < 0:
+        bad = top if top >= rows else int(ids.min())
+        token = tokenizer.convert_ids_to_tokens(bad) if bad >= 0 else None
+        raise RevisionError(f"the tokenizer gives token id {bad} ({token!r}), beyond the {rows} rows of the input "
+                            f"embedding {stored} in {table[stored].path.name}: tokenizer and model do not match")

@@ -128,16 +128,11 @@ def write_report(store: str, out: str, preset: str | None = None, figures: bool 
 def print_scorecard(s: dict) -> None:
     """The scorecard on stdout, one block per preset (what ``make demo`` ends with)."""
     from analysis import scorecard as sc
-    from sweep.report.sequential import terminal_note
 
     rows = s.get("scorecard") or []
     for name in dict.fromkeys(r["preset"] for r in rows):
         mine = [r for r in rows if r["preset"] == name]
-        print(f"\nreproduction scorecard, preset {name} ({sc.summary(mine)}):")
         one = (s.get("by_preset") or {}).get(name, s)
-        for note in [*(one.get("preset_notes") or {}).get(name, []), *sc.text_notes(mine)]:
-            print(f"  note: {note}")
-        for row, line in zip(sc.ordered(mine), sc.render_text(mine), strict=True):
-            print("  " + line + terminal_note(row))
+        print("\n" + "\n".join(sc.console(mine, name, (one.get("preset_notes") or {}).get(name, []))))
     if s.get("skipped_files"):
         print(f"\n{len(s['skipped_files'])} unreadable store file(s) skipped: see report.md")

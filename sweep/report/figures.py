@@ -245,3 +245,62 @@ def fig_dose_response(an: Analysis, out: Path) -> list[Path]:
         fig.suptitle(f"Dose–response: effect against strength ({dose.CLAIM_OWNER})")
         fig.tight_layout(rect=(0, 0.06, 1, 1))
         return _save(fig, out, "fig_dose_response")
+
+
+#: The scorecard figure's colour per verdict.
+VERDICT_COLOURS = {"direction reproduced": "#1b7837", "direction reversed": "#c51b7d", "undecided": "#7f7f7f",
+                   "cannot be decided": "#e08214"}
+
+
+def forest_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The scorecard figure's rows: the counted claims that were measured, in scorecard order; and
+    those listed apart (sanity checks, not measured)."""
+    counted = [r for r in rows if r["block"] == "counted" and r["verdict"] != "not measured"]
+    return counted, [r for r in rows if r not in counted and r["block"] != "magnitude"]
+
+
+def fig_scorecard(rows: list[dict], out: Path) -> list[Path]:
+    """The scorecard as a forest plot: one row per counted claim, its standardized effect (the mean
+    over seeds in sd units, on the test's scale) turned so that the paper's direction points right,
+    with the adjusted interval its verdict rests on, a line at the null, coloured by verdict; the
+    sanity checks and the claims not measured listed apart below. [] without a counted row."""
+    counted, apart = forest_rows(rows)
+    if not counted:
+        return []
+    h = 0.32 * len(counted) + 0.22 * len(apart) + 1.6
+    fig, (ax, low) = plt.subplots(2, 1, figsize=(9.5, h), height_ratios=[0.32 * len(counted) + 0.8,
+                                                                          0.22 * len(apart) + 0.4])
+    ys = np.arange(len(counted))[::-1]
+    finite = [abs(v) for r in counted for v in (r["effect"], r["effect_low"], r["effect_high"])
+              if v is not None and np.isfinite(v)]
+    edge = min(max([3.0, *finite]) * 1.3, 1e3)  # beyond it (an unbounded interval), bars run to the edge
+    for y, r in zip(ys, counted, strict=True):
+        turn = -1.0 if r["expected"].startswith("<") else 1.0
+        c = VERDICT_COLOURS.get(r["verdict"], "#7f7f7f")
+        lo = -edge if r["effect_low"] is None else r["effect_low"] * turn
+        hi = edge if r["effect_high"] is None else r["effect_high"] * turn
+        lo, hi = sorted((lo, hi))
+        if r["effect"] is not None:
+            ax.plot([max(lo, -edge), min(hi, edge)], [y, y], color=c, lw=2)
+            e = float(np.clip(r["effect"] * turn, -edge, edge))
+            ax.plot(e, y, "o", color=c, ms=6)
+        else:
+            why = ("no spread: every unit " + f"{r['value']:.3g}" if r.get("no_spread") else
+                   "no standardized effect (binomial over series)" if r["unit"] == "series" else "one unit: no interval")
+            ax.text(-edge * 0.97, y, f"{why} — {r['verdict']}", va="center", ha="left", fontsize=8, color=c)
+    ax.set_xscale("symlog", linthresh=1.0)  # effects of 0.5 and of 30 sd on one axis
+    ax.axvline(0, color="black", lw=1)
+    ax.set_yticks(ys, [f"{r['short']}  ({r['n']})" for r in counted], fontsize=8)
+    ax.set_xlim(-edge, edge)
+    ax.set_xlabel("standardized effect (mean / sd over units, symlog), paper's direction →; bars: adjusted interval",
+                  fontsize=9)
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=2, label=v) for v, c in VERDICT_COLOURS.items()
+               if any(r["verdict"] == v for r in counted)]
+    ax.set_title("Reproduction scorecard: one row per counted claim (units in brackets)")
+    low.axis("off")
+    low.legend(handles=handles, loc="upper right", fontsize=8, title="verdict", title_fontsize=8)
+    text = [f"{r['short']}: {r['verdict']}" for r in apart]
+    low.text(0, 1, "Not in the family (sanity checks, not measured):\n" + "\n".join(text), va="top", fontsize=8,
+             transform=low.transAxes)
+    fig.tight_layout()
+    return _save(fig, out, "scorecard")

@@ -94,8 +94,9 @@ def section_md(sec: Section, an: Analysis, frames: dict[str, pd.DataFrame], figs
     return lines
 
 
-def scorecard_md(s: dict) -> list[str]:
-    """The reproduction scorecard of one preset's stats (rows under ``s["scorecard"]``)."""
+def scorecard_md(s: dict, prefix: str = "") -> list[str]:
+    """The reproduction scorecard of one preset's stats (rows under ``s["scorecard"]``), its figure
+    first (``prefix``: the folder of the preset's report, from the page's)."""
     rows = s.get("scorecard") or []
     preset = rows[0]["preset"] if rows else None
     title = f"## {sc.SCORECARD.heading}" + (f" — preset `{preset}`" if preset else "")
@@ -106,6 +107,9 @@ def scorecard_md(s: dict) -> list[str]:
     if preset and preset != "paper":
         lines += [f"Preset `{preset}` is not the paper's scale (WikiText-103, d_model 256, 45 epochs): "
                   "the verdicts test the *direction* of each claim here, not its size.", ""]
+    if "scorecard" in (s.get("outputs") or {}).get("figures", []):
+        lines += [f"![The scorecard: each counted claim's standardized effect with the interval its verdict rests "
+                  f"on]({prefix}figures/scorecard.png)", ""]
     return lines + sc.SCORECARD.markdown(rows, paper_scale=paper) + [""]
 
 

@@ -16,7 +16,8 @@ RECORD_DIR = "sequential"  # sweep.sequential_record.RECORD_DIR
 #: The fields every claim of ``decisions`` carries (a record written before they existed: None).
 FIELDS = ("id", "kind", "condition", "strengths", "init", "depth", "metric", "predicted", "outcome", "look", "n",
           "seeds", "lost", "p", "text", "experiment", "alpha", "family_size", "estimate", "mean", "sd", "boundary",
-          "sided", "alpha_level", "ci_adj_low", "ci_adj_high", "scale", "test", "null", "decided_in")
+          "sided", "alpha_level", "ci_adj_low", "ci_adj_high", "scale", "test", "null", "decided_in", "level",
+          "level_j")
 
 
 def load_records(root: str) -> list[dict[str, Any]]:
@@ -58,7 +59,9 @@ def decisions(records: list[dict], preset: str | None) -> dict[str, dict[str, An
     """Scorecard claim id (``interventions.<condition>.<metric>``, ``dose_response.<condition>.<metric>``,
     ``alignment.gap.L4``, …) -> its decision in the newest finished record of ``preset`` (by
     ``written_at``; a record still running is used only for claims no finished one has). Each dict
-    has every key of ``FIELDS`` (None where a record predates it) and ``open`` (still running).
+    has every key of ``FIELDS`` (None where a record predates it) and ``open`` (still running);
+    ``level`` is the level α/j the claim's test faced (rejecting, or for a claim not decided the one
+    it ended at), ``level_j`` its j (the record's ``level``).
 
     What an adjusted interval needs: ``estimate`` (the claim's scale; ``mean`` and ``sd`` on the
     tested scale, ``scale`` "fisher_z" for correlations) and ``n`` at the deciding look (the last
@@ -79,9 +82,12 @@ def decisions(records: list[dict], preset: str | None) -> dict[str, dict[str, An
             if not legacy or cid not in ours or (c.get("init") == DEFAULT_INIT and ours[cid].get("init") != DEFAULT_INIT):
                 ours[cid] = c
         for cid, c in ours.items():
+            j = c.get("level")  # the record's: j of the rejecting level α/j
+            level = c.get("alpha_level") or (rec["alpha"] / j if j and rec.get("alpha") else None)
             out[cid] = {**dict.fromkeys(FIELDS), **c, "id": cid, "experiment": c.get("experiment") or rec.get("experiment"),
                         "alpha": rec.get("alpha"), "family_size": rec["design"].get("family_size"),
-                        "written_at": rec.get("written_at"), "open": bool(c.get("open", not rec.get("finished")))}
+                        "written_at": rec.get("written_at"), "open": bool(c.get("open", not rec.get("finished"))),
+                        "level": level, "level_j": j}
     return out
 
 

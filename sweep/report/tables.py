@@ -77,7 +77,7 @@ def reference_rows(stats: dict) -> list[tuple[str, object, object]]:
                 )
             )
     for cond, metrics in R["interventions"].items():
-        if cond == "val_loss_range":
+        if not isinstance(metrics, dict):  # the loss range, the seed count
             continue
         for m, v in metrics.items():
             ours = _get(stats, "interventions", cond, m)

@@ -15,7 +15,7 @@ import pandas as pd
 from analysis import scorecard as sc
 from analysis.compute import Analysis, compute_all, sections
 from analysis.primitives import to_jsonable
-from analysis.section import Figure, left_out
+from analysis.section import Figure, Window, left_out
 from sweep.report import tables as tb
 from sweep.report.inputs import unknown_names
 from sweep.report.markdown import render_markdown, scorecard_md, skipped_md
@@ -57,6 +57,8 @@ def preset_notes(preset: str, provenance: dict) -> list[str]:
         ran = provenance.get("sweeps", {}).get(sweep)
         if known.schedule_seeds:
             notes.append(schedule_note(sweep, known.schedule_seeds, ran["seeds"] if ran else []))
+        if known.schedule_choice and ran:
+            notes.append(f"its {sweep} schedule: {known.schedule_choice}")
         if ran and preset in ran["presets"] and ran["final_epoch"]["max"] is not None:
             if ran["final_epoch"]["max"] != known.train.epochs:
                 notes.append(
@@ -64,6 +66,20 @@ def preset_notes(preset: str, provenance: dict) -> list[str]:
                     f"defines {known.train.epochs} epochs (overridden with --epochs, or the sweep is unfinished)"
                 )
     return notes
+
+
+def preset_window(preset: str | None) -> Window | None:
+    """The post-collapse window a registered baseline preset fixed before the data (SPEC §8), or None."""
+    try:
+        from sweep.presets import BASELINE_PRESETS
+    except Exception:  # noqa: BLE001 - the report must not fail on the registry
+        return None
+    known = BASELINE_PRESETS.get(preset) if preset is not None else None
+    if known is None or known.collapse_end is None:
+        return None
+    seeds = ", ".join(map(str, known.schedule_seeds))
+    return Window(known.collapse_end, f"fixed before the data with the {preset} preset, on the runs of its "
+                                      f"schedule seeds {seeds}")
 
 
 def schedule_note(sweep: str, chose: tuple[int, ...], reported: list[int]) -> str:
@@ -110,8 +126,8 @@ def _report_one(
     """Stats, tables, figures and scorecard of one preset (``None``: the store as it is)."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    an = compute_all(tables, preset=preset)
-    label = preset if preset is not None else (an.provenance["presets"] or [None])[0]
+    label = preset if preset is not None else (store_presets(tables) or [None])[0]
+    an = compute_all(tables, preset=preset, window=preset_window(label))
     frames = tb.build_tables(an)
     if not an.provenance["paper_scale"]:
         # keep the comparison table honest: our numbers are not at paper scale
@@ -140,6 +156,12 @@ def _report_one(
     s["preset_notes"] = {label: preset_notes(label, s["provenance"])} if label else {}
     s.update(card.to_json())
     s["timing_s"] = timing
+    if figures:
+        from sweep.report.figures import fig_scorecard
+
+        drawn = fig_scorecard(s["scorecard"], out / "figures")
+        if drawn:
+            figs["scorecard"] = drawn
     s["outputs"] = {
         "tables": sorted(frames),
         "figures": sorted(figs),
@@ -201,7 +223,7 @@ def build_report(
         seq_lines = section_md(sequential or [], name)
         _write(sub, s_p, render_markdown(s_p, an, frames, figs) + "".join(f"\n{ln}" for ln in seq_lines))
         by_preset[name] = s_p
-        head += scorecard_md(s_p)
+        head += scorecard_md(s_p, prefix=f"presets/{safe_name(name)}/")
         body = render_markdown(s_p, an, frames, figs, prefix=f"presets/{safe_name(name)}/", scorecard=False)
         body_lines = [ln for ln in body.splitlines()[1:] if not ln.startswith("## Skipped store files")]
         parts += [f"## Preset `{name}`", ""] + [("#" + ln if ln.startswith("#") else ln) for ln in body_lines]

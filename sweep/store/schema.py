@@ -20,6 +20,7 @@ import pyarrow as pa
 from metrics.columns import (
     ACTIVATION_METRICS,  # noqa: F401 (re-exported)
     CHECKPOINT_METRICS,
+    CHECKPOINT_SETTINGS,
     EPOCH_METRICS,
     FLOAT,
     LAYER_COLUMNS,
@@ -117,6 +118,9 @@ CHECKPOINTS = pa.schema(
         # another's weights in its series has status "duplicate_of:<revision>". Null on failed rows.
         pa.field("weights_sha256", pa.string()),
     ]
+    # how the row was measured (SPEC §7 "Probe settings"): --n-seqs, --seq-len (int32), the probe text's
+    # sha256 and the transformers version (strings); on every row, failed ones too. Null in older stores.
+    + [pa.field(c, pa.int32() if c in ("probe_n_seqs", "probe_seq_len") else pa.string()) for c in CHECKPOINT_SETTINGS]
 )
 
 #: One row per run of a sweep, written by the sweep's driver before its trials start (and again when

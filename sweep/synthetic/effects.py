@@ -22,10 +22,18 @@ claim, in the claim's own units, and around "no effect" for a claim ``effects`` 
 * checkpoints: ``n_series`` public series; ``checkpoints.positive`` and ``checkpoints.link`` are
   the probability that a series has a positive pr_q − pr_k slope on progress / a recurring link.
 
+Effects of *another* factor, which no claim should read as its own (SPEC §8):
+
+* ``depth.<metric>`` (``qk_erank``, ``attn_entropy``, ``pr_q``) adds value × L to that final metric
+  in every layer of an L-layer model: a pure depth effect, no effect of a layer's position;
+* ``spread.alignment.L<d>`` multiplies the final alignment's run-to-run sd at depth d (unequal
+  spreads, under which a max over inits is biased).
+
 ``noise`` draws every deviation: ``"normal"``, ``"t3"`` (Student t with 3 degrees of freedom,
-scaled to unit variance: heavy tails) or ``"skewed"`` (a centred exponential, mean 0). A run's
-deviation is shared by its layers (the layers of one run are dependent). The tables have the
-store schema's columns (``sweep.synthetic.tables``).
+scaled to unit variance: heavy tails), ``"skewed"`` (a centred exponential, mean 0), ``"uniform"``
+(light tails) or ``"bimodal"`` (±1 with equal odds plus N(0, 0.3²), scaled to unit variance: some
+seeds one way, some the other). A run's deviation is shared by its layers (the layers of one run
+are dependent). The tables have the store schema's columns (``sweep.synthetic.tables``).
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from sweep.store.schema import SCHEMA_VERSION, SCHEMAS
 from sweep.synthetic.planted import CONDITIONS, COUPLED, INITS
 from sweep.synthetic.tables import _conform, _epochs_rows, _identity
 
-NOISES = ("normal", "t3", "skewed")
+NOISES = ("normal", "t3", "skewed", "uniform", "bimodal")
 #: The initial alignment of independent draws at d_model 256 (SPEC §1.1), where every init ends.
 RANDOM_START = 0.0499
 #: Per-run sd of each quantity (its effects are in the same units).
@@ -60,6 +68,10 @@ def deviations(rng: np.random.Generator, noise: str, size) -> np.ndarray:
         return rng.standard_t(3, size) / np.sqrt(3.0)  # var(t_3) = 3
     if noise == "skewed":
         return rng.exponential(1.0, size) - 1.0
+    if noise == "uniform":
+        return rng.uniform(-np.sqrt(3.0), np.sqrt(3.0), size)  # var 1
+    if noise == "bimodal":
+        return (rng.choice([-1.0, 1.0], size) + 0.3 * rng.standard_normal(size)) / np.sqrt(1.09)
     raise ValueError(f"noise {noise!r}: valid: {', '.join(NOISES)}")
 
 
@@ -89,7 +101,8 @@ def _baseline(seeds, depths, epochs: int, noise: str, preset: str, effects: dict
             cats = layer_category(np.arange(d), np.full(d, d))
             for s in seeds:
                 runs.append(_identity("baseline", preset, init, d, s, CONTROL))
-                final = RANDOM_START + SD["alignment"] * deviations(rng, noise, ())
+                final = RANDOM_START + SD["alignment"] * effects.get(f"spread.alignment.L{d}", 1.0) * deviations(
+                    rng, noise, ())
                 if init in COUPLED:
                     final += (effects.get("alignment.contrast", 0.0) + effects.get(f"alignment.gap.L{d}", 0.0)
                               + effects.get("alignment.gap.growth", 0.0) * rank[d])
@@ -103,12 +116,14 @@ def _baseline(seeds, depths, epochs: int, noise: str, preset: str, effects: dict
                     k_slope = effects.get("slopes.pr_k", 0.0) + SD["slope"] * dev[1]
                     q_slope = k_slope + effects.get("slopes.pr_q_minus_pr_k", 0.0) + SD["slope"] * dev[0]
                     pr_q = (8.0 + effects.get("categories.late_mid.pr_q", 0.0) * late + SD["pr_q"] * dev[2]
+                            + effects.get("depth.pr_q", 0.0) * d
                             + q_slope * (e - epochs) + 0.05 * rng.standard_normal(e.size))
                     pr_k = 9.0 + k_slope * (e - epochs) + 0.05 * rng.standard_normal(e.size)
                     qk = (10.0 + effects.get("categories.late_mid.qk_erank", 0.0) * late
                           + effects.get("categories.early_mid.qk_erank", 0.0) * early + SD["qk_erank"] * dev[4]
-                          + 0.02 * dev[3] * (e - epochs))
+                          + effects.get("depth.qk_erank", 0.0) * d + 0.02 * dev[3] * (e - epochs))
                     ent = (2.5 + effects.get("categories.early_mid.attn_entropy", 0.0) * early
+                           + effects.get("depth.attn_entropy", 0.0) * d
                            + SD["attn_entropy"] * dev[2] + 0.005 * dev[5] * (e - epochs))
                     top1 = 0.4 + 0.0005 * dev[6] * (e - epochs) + 0.001 * rng.standard_normal(e.size)
                     rows.append(pd.DataFrame({
