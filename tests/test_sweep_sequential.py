@@ -369,3 +369,11 @@ def test_a_strength_sweep_decides_its_dose_response_in_the_family_and_the_record
         assert (lo > 0 or hi < 0) == (c["outcome"] != "undecided"), cid
         assert c["level"] == pytest.approx(0.05 / (c["level_j"] or 1)) and c["level"] == c["alpha_level"], cid
     assert got["interventions.freeze_q.attn_entropy"]["outcome"] == "undecided"
+    from analysis.scorecard import build_scorecard
+
+    # the scorecard takes them by claim id, with their intervals
+    rows = {r.id: r for r in build_scorecard(an, "demo", False, sequential=got)}
+    for cid in dose["id"]:
+        r = rows[cid]
+        assert r.test == "--seeds auto" and r.verdict == "direction reproduced" and r.p_adj is None, cid
+        assert (r.ci_adj_low, r.ci_adj_high) == (got[cid]["ci_adj_low"], got[cid]["ci_adj_high"]), cid
