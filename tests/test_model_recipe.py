@@ -111,10 +111,14 @@ def test_compile_under_the_portable_kernels_emits_scalar_cpp(monkeypatch) -> Non
 
     from model.recipe import compile_model
 
-    monkeypatch.setattr(inductor.cpp, "simdlen", None)
-    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
-    compile_model(torch.nn.Linear(2, 2))
-    assert inductor.cpp.simdlen is None
-    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
-    compile_model(torch.nn.Linear(2, 2))
-    assert inductor.cpp.simdlen == 1
+    before = inductor.cpp.simdlen  # inductor's config is not a plain module: set it back by hand
+    try:
+        inductor.cpp.simdlen = None
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+        compile_model(torch.nn.Linear(2, 2))
+        assert inductor.cpp.simdlen is None
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+        compile_model(torch.nn.Linear(2, 2))
+        assert inductor.cpp.simdlen == 1
+    finally:
+        inductor.cpp.simdlen = before
