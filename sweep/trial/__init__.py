@@ -1,0 +1,2 @@
+"""One Tune trial: the run spec that crosses into it (``spec``, ``options``, ``gpu_flags``), the
+trainable, and a failed attempt told to the driver (``failfast``)."""
