@@ -8,7 +8,7 @@ import argparse
 
 from model.plugins import add_plugin_flag
 from sweep.cli import DEFAULT_STORE, add_pack_flags
-from sweep.hooks.faults import add_fault_flags
+from sweep.hooks.config import add_fault_flags
 from sweep.trackers import add_tracker_flags
 from sweep.trial.gpu_flags import add_gpu_flags
 
@@ -43,5 +43,5 @@ def add_run_flags(p: argparse.ArgumentParser, default_name: str) -> None:
     add_pack_flags(g)
     add_tracker_flags(g)
     add_plugin_flag(g)
-    add_fault_flags(g)  # hidden: tests and bench/ (a crash, trial hooks: sweep/hooks/base.py)
+    add_fault_flags(g)  # hidden: tests and bench/ (a crash, trial hooks: sweep/hooks/config.py)
     add_gpu_flags(p)  # --amp, --graphs, --tf32 (sweep.trial.gpu_flags)

@@ -10,7 +10,7 @@ from typing import Any
 
 from model.plugins import Plugins
 from sweep.cli import PackRequest, at_least, local_ray_sizes, pack_request, plain_name
-from sweep.hooks.base import hooks_from_args
+from sweep.hooks.config import hooks_from_args
 from sweep.hooks.faults import fault_from_args
 from sweep.trackers import check_trackers, trackers_from_args
 from sweep.trial.gpu_flags import gpu_options
@@ -31,7 +31,7 @@ class SweepSettings:
     num_gpus: int | None = None  # GPUs of the local Ray (None: the CUDA devices here)
     pack: PackRequest = "auto"  # runs per trial: M, or auto (a whole shape with GPUs, else 1)
     dry_run: bool = False  # print the plan, train nothing
-    #: trial hooks (``sweep.hooks.base``: name -> settings) for tests and benchmarks only, from hidden flags
+    #: trial hooks (``sweep.hooks.config``: name -> settings) for tests and benchmarks only, from hidden flags
     hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
     plugins: Plugins = Plugins()  # --plugin modules: every trial imports them first
     trackers: tuple[str, ...] = ()  # --tracker: experiment trackers every run is logged to, live

@@ -5,25 +5,25 @@ The trainable trains, writes rows and reports; anything a test or a benchmark ne
 Tune config beside the run spec, ``config["hooks"] = {name: settings}``, and is built in the trial
 from ``HOOKS[name](**settings)``. No user flag sets one: the sweep commands take hidden flags
 (``--fail-after-epoch``, ``--trial-hook NAME``) that tests and ``bench/`` pass, and
-``SweepSettings.hooks`` carries them to ``run_sweep``.
+``SweepSettings.hooks`` carries them to ``run_sweep`` (``sweep.hooks.config``: the flags, the
+config and the hooks a trial builds from it).
 
 The trainable calls, in order: ``built()`` once its trainer is built, and ``before_report(epoch)``
 for each epoch, after that epoch's rows are written and before its result (and checkpoint) goes to
 Tune; what it returns is added to the result. The built-in hooks:
 
-===============  ========================================================  ==========================
-name             what it does                                              who uses it
-===============  ========================================================  ==========================
-``fault``        SIGKILLs the worker once at epoch K (``sweep.hooks.faults``)     crash and retry tests
-``placement``    adds ``node_id`` and ``gpu_ids`` to every result           placement tests
-``start_clock``  adds ``start``: when the worker process started, entered   ``bench/gpu_sweep.py``
+===============  ============================================================  ==========================
+name             what it does                                                  who uses it
+===============  ============================================================  ==========================
+``fault``        SIGKILLs the worker once at epoch K (``sweep.hooks.faults``)  crash and retry tests
+``placement``    adds ``node_id`` and ``gpu_ids`` to every result              placement tests
+``start_clock``  adds ``start``: when the worker process started, entered      ``bench/gpu_sweep.py``
                  the trainable, built its trainer and reported epoch 0
-===============  ========================================================  ==========================
+===============  ============================================================  ==========================
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from typing import Any
@@ -82,33 +82,3 @@ class StartClock(TrialHook):
             return {}
         self.marks.setdefault("epoch0", time.time())
         return {"start": dict(self.marks)}
-
-
-def hooks_of(config: dict[str, Any]) -> list[TrialHook]:
-    """The trial's hooks, from its Tune config (``hooks``; an experiment started before hooks carries
-    its fault injection under ``fault``, or in a version 1 config's options: read as the ``fault`` hook)."""
-    from sweep.hooks.faults import fault_from_config
-
-    settings = dict(config.get("hooks") or {})
-    hooks = [HOOKS[name](**(value or {})) for name, value in settings.items() if name != "fault"]
-    fault = fault_from_config({"fault": settings["fault"]} if "fault" in settings else config)
-    return hooks + ([fault] if fault is not None else [])
-
-
-def add_hook_flag(g: argparse._ActionsContainer) -> None:
-    """``--trial-hook NAME`` (hidden, repeatable): a hook that takes no settings, for tests and bench/."""
-    g.add_argument("--trial-hook", action="append", default=[], help=argparse.SUPPRESS)
-
-
-def hooks_from_args(args: argparse.Namespace, fault: Any = None) -> dict[str, dict[str, Any]]:
-    """``SweepSettings.hooks`` from the hidden flags: ``--trial-hook`` names and the fault injection."""
-    from sweep.cli import UsageError
-
-    hooks: dict[str, dict[str, Any]] = {}
-    for name in getattr(args, "trial_hook", None) or []:
-        if name not in HOOKS or name == "fault":
-            raise UsageError(f"--trial-hook {name}: unknown; valid: {', '.join(sorted(set(HOOKS) - {'fault'}))}")
-        hooks[name] = {}
-    if fault is not None:
-        hooks["fault"] = fault.to_config()
-    return hooks

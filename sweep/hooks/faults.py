@@ -5,7 +5,7 @@ worker once, after epoch K's rows are written and before that epoch's checkpoint
 that Tune's retry replays epoch K from the previous checkpoint. A marker file per trial under
 ``--failure-marker-dir`` (default ``runs/markers/<experiment>``, a local folder even when the
 storage is remote) makes it happen once. It travels beside the run spec as the ``fault`` trial hook
-(``sweep.hooks.base``: the Tune config's ``hooks``), and only when asked for.
+(``sweep.hooks.config``: the Tune config's ``hooks``), and only when asked for.
 """
 
 from __future__ import annotations
@@ -49,15 +49,6 @@ class FaultInjection(TrialHook):
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def add_fault_flags(g: argparse._ActionsContainer) -> None:
-    """The hidden flags of tests and benchmarks: the crash, and any other trial hook (``sweep.hooks.base``)."""
-    from sweep.hooks.base import add_hook_flag
-
-    g.add_argument("--fail-after-epoch", type=int, help=argparse.SUPPRESS)
-    g.add_argument("--failure-marker-dir", help=argparse.SUPPRESS)
-    add_hook_flag(g)
 
 
 def fault_from_args(args: argparse.Namespace, experiment: str) -> FaultInjection | None:

@@ -30,7 +30,7 @@ from model.recipe import set_tf32
 from model.report import EpochReport
 from model.stack import Member
 from model.trainer import Trainer
-from sweep.hooks.base import hooks_of
+from sweep.hooks.config import hooks_of
 from sweep.store import Store
 from sweep.trial.failfast import report_attempt_error
 from sweep.trial.spec import RunIdentity, decode, plugins_of
@@ -134,7 +134,7 @@ def _warm_cuda() -> None:
 def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
     """Tune function trainable: one run, or a pack trained as one batched model whose every
     member's rows go to the store as its own run's. ``config``: ``TrialSpec.to_config()`` (and,
-    for tests and benchmarks, ``hooks``: ``sweep.hooks.base``, called after each epoch's rows are written).
+    for tests and benchmarks, ``hooks``: ``sweep.hooks``, called after each epoch's rows are written).
 
     Tune gets one report per epoch, after every member still training has written that epoch's rows,
     with one checkpoint of the whole trial: a retry resumes every member from the same epoch, and an
@@ -151,7 +151,7 @@ def train_cell(config: dict[str, Any], corpus: Corpus) -> None:
 
 
 def _train_cell(config: dict[str, Any], corpus: Corpus) -> None:
-    hooks = hooks_of(config)  # tests' and benchmarks' seams (sweep.hooks.base); none in a user's sweep
+    hooks = hooks_of(config)  # tests' and benchmarks' seams (sweep.hooks); none in a user's sweep
     _warm_cuda()
     plugins_of(config).load()  # before the spec's names meet the registries
     spec = decode(config, corpus.vocab_size)

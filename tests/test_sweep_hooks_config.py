@@ -1,4 +1,4 @@
-"""sweep/hooks/base.py: the trial hooks a test or benchmark names in the Tune config (a trial that uses
+"""sweep/hooks/config.py: the trial hooks a test or benchmark names in the Tune config (a trial that uses
 them end to end: test_sweep_driver_runner.py's crash, placement and node-loss tests)."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import argparse
 import pytest
 
 from sweep.cli import UsageError
-from sweep.hooks.base import HOOKS, Placement, StartClock, TrialHook, hooks_from_args, hooks_of
-from sweep.hooks.faults import FaultInjection, add_fault_flags, fault_from_args
+from sweep.hooks.base import HOOKS, Placement, StartClock, TrialHook
+from sweep.hooks.config import add_fault_flags, hooks_from_args, hooks_of
+from sweep.hooks.faults import FaultInjection, fault_from_args
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
