@@ -16,13 +16,13 @@ from sweep.placement.packing import (
     Pack,
     check_pack,
     describe_plan,
-    gpu_share,
     memory,
     plan_frame,
     plan_packs,
     steps_per_epoch,
     trial_work,
 )
+from sweep.placement.ray_env import gpu_share
 from sweep.placement.schedule import (
     Cost,
     best_split,

@@ -10,8 +10,8 @@ import pandas as pd
 
 from sweep.cli import gpu_fraction
 from sweep.driver.settings import SweepSettings
-from sweep.placement.packing import describe_plan, gpu_share, plan_frame, plan_packs
-from sweep.placement.ray_env import default_gpus, init_ray, node_gpus
+from sweep.placement.packing import describe_plan, plan_frame, plan_packs
+from sweep.placement.ray_env import default_gpus, gpu_share, init_ray, node_gpus
 from sweep.presets import Preset
 
 

@@ -104,19 +104,6 @@ def planned_gpus(cluster_gpus: float) -> int:
     return max(1, int(cluster_gpus))
 
 
-def gpu_share(requested: float | None, request: PackRequest, cluster_gpus: float) -> float:
-    """GPUs per trial: ``--gpus-per-trial``; else with GPUs one whole GPU for ``--pack auto`` (its
-    plan fills each GPU with one trial at a time) and ``DEFAULT_GPU_FRACTION`` for an explicit
-    ``--pack``; 0 without GPUs."""
-    if requested is not None:
-        return requested
-    if cluster_gpus <= 0:
-        return 0.0
-    from sweep.placement.ray_env import DEFAULT_GPU_FRACTION
-
-    return min(1.0, cluster_gpus) if request == "auto" else DEFAULT_GPU_FRACTION  # a cluster of 0.5 GPU: 0.5
-
-
 def trial_work(pack: Pack, steps: int = 1, costs: Mapping[str, Cost] | None = None) -> float:
     """The pack's work (``sweep.placement.schedule.work``: members × depth × steps × its condition's cost factor,
     ``costs`` by default ``sweep/costs.json``'s)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from sweep.cli import PackRequest, local_gpus
 
 #: GPUs per trial (an explicit ``--pack``) / per probe actor when the flag is not given and the
-#: cluster has GPUs; ``--pack auto`` plans whole GPUs (``sweep.placement.packing.gpu_share``).
+#: cluster has GPUs; ``--pack auto`` plans whole GPUs (``gpu_share``).
 DEFAULT_GPU_FRACTION = 0.25
 
 #: A local Ray on a laptop runs its trials at the priority of any other program and leaves out
@@ -67,15 +67,23 @@ def node_gpus(local: float | None = None) -> float:
     return float(local if local is not None else local_gpus())
 
 
+def gpu_share(requested: float | None, request: PackRequest, cluster_gpus: float) -> float:
+    """GPUs per trial: ``--gpus-per-trial``; else with GPUs one whole GPU for ``--pack auto`` (its
+    plan fills each GPU with one trial at a time) and ``DEFAULT_GPU_FRACTION`` for an explicit
+    ``--pack``; 0 without GPUs."""
+    if requested is not None:
+        return requested
+    if cluster_gpus <= 0:
+        return 0.0
+    return min(1.0, cluster_gpus) if request == "auto" else DEFAULT_GPU_FRACTION  # a cluster of 0.5 GPU: 0.5
+
+
 def default_gpus(requested: float | None, pack: PackRequest = 1) -> float:
-    """``requested``, else what ``sweep.placement.packing.gpu_share`` gives on the running cluster: one whole
-    GPU a trial for ``--pack auto``, ``DEFAULT_GPU_FRACTION`` for an explicit pack or a probe
-    actor; 0 without GPUs."""
+    """``requested``, else what ``gpu_share`` gives on the running cluster: one whole GPU a trial for
+    ``--pack auto``, ``DEFAULT_GPU_FRACTION`` for an explicit pack or a probe actor; 0 without GPUs."""
     if requested is not None:
         return requested
     import ray
-
-    from sweep.placement.packing import gpu_share
 
     return gpu_share(None, pack, ray.cluster_resources().get("GPU", 0.0))
 
