@@ -8,10 +8,9 @@ import sys
 
 import pandas as pd
 
-from sweep.cli import gpu_fraction
 from sweep.driver.settings import SweepSettings
-from sweep.placement.packing import describe_plan, plan_frame, plan_packs
-from sweep.placement.ray_env import default_gpus, gpu_share, init_ray, node_gpus
+from sweep.placement.packing import plan_frame
+from sweep.placement.ray_env import init_ray, node_gpus
 from sweep.presets import Preset
 
 
@@ -26,25 +25,19 @@ def dry_run(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
     """
     ray = sys.modules.get("ray")  # not imported: not running in this process (importing it costs ~0.5 s)
     running = ray is not None and ray.is_initialized()
-    trial = settings.trial
     if not (running or settings.address or os.environ.get("RAY_ADDRESS")):
-        gpus = node_gpus(settings.num_gpus)
-        gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, gpus)
-        gpu = gpu_share(trial.gpus_per_trial, settings.pack, gpus)
+        cluster = node = node_gpus(settings.num_gpus)
     else:
         import ray
 
         started = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
         try:
-            gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())
-            gpus = ray.cluster_resources().get("GPU", 0.0)
-            gpu = default_gpus(trial.gpus_per_trial, settings.pack)
+            cluster, node = ray.cluster_resources().get("GPU", 0.0), node_gpus()
         finally:
             if started:
                 ray.shutdown()
-    packs, notes = plan_packs(preset.cells(), settings.pack, gpus, amp=trial.amp)
-    resources = {"cpu": trial.cpus_per_trial, "gpu": gpu}
-    print(describe_plan(settings.name, preset, packs, notes, settings.pack, gpus, resources, amp=trial.amp))
+    plan = settings.plan(preset.cells(), cluster, node)
+    print(plan.describe(settings.name, preset))
     print(f"[{settings.name}] dry run: nothing trained, nothing written")
     sys.stdout.flush()
-    return plan_frame(packs)
+    return plan_frame(plan.packs)

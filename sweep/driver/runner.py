@@ -31,8 +31,8 @@ from sweep.driver.summary import (
     strength_tag,
     summarize,
 )
-from sweep.placement.packing import check_pack, plan_packs
-from sweep.placement.ray_env import absolute_uri, default_gpus, init_ray, node_gpus
+from sweep.placement.packing import check_pack
+from sweep.placement.ray_env import absolute_uri, init_ray, node_gpus
 from sweep.presets import Preset
 from sweep.store import Store, StoreError, store_id, sweep_lock
 from sweep.trackers import export_command, make_trackers, tracker_folder
@@ -166,21 +166,19 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                                      name_given=settings.name_given)
             live = Live(store, trackers, store_id(store), prefix=f"[{name}] ")
             live.started()
-        gpu_fraction("--gpus-per-trial", trial.gpus_per_trial, node_gpus())  # the joined cluster's nodes
-        packs, notes = plan_packs(cells, settings.pack, ray.cluster_resources().get("GPU", 0.0))
-        for note in notes:
+        # the plan, once: its packs and each trial's resources, on the joined cluster's GPUs and nodes
+        plan = settings.plan(cells, ray.cluster_resources().get("GPU", 0.0), node_gpus())
+        for note in plan.notes:
             print(f"[{name}] note: {note}")
-        if any(p.size > 1 for p in packs) and not restorable:
-            print(f"[{name}] {len(cells)} runs packed into {len(packs)} trials "
+        if plan.packed and not restorable:
+            print(f"[{name}] {len(cells)} runs packed into {len(plan.packs)} trials "
                   f"(--pack {settings.pack}; --dry-run lists the members)")
         from sweep.trackers.live import StoreFollower, following
         from sweep.trial.failfast import FailFast
         from sweep.trial.trainable import train_cell
 
-        options = replace(trial, store=store_uri, storage=storage,
-                          gpus_per_trial=default_gpus(trial.gpus_per_trial, settings.pack))
-        trainable = tune.with_resources(tune.with_parameters(train_cell, corpus=corpus),
-                                        {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
+        options = replace(trial, store=store_uri, storage=storage, gpus_per_trial=plan.gpus)
+        trainable = tune.with_resources(tune.with_parameters(train_cell, corpus=corpus), plan.resources)
         # Tune's classic CLIReporter (the columns we choose) is only used with the old output engine.
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         # num_to_keep bounds disk use; the snapshots it forces are cheap next to an epoch.
@@ -194,7 +192,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
             tuner = tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
             configs = [t.config for t in trials]
         else:
-            specs = [TrialSpec.of(p, options, corpus.vocab_size, settings.plugins).to_config() for p in packs]
+            specs = [TrialSpec.of(p, options, corpus.vocab_size, settings.plugins).to_config() for p in plan.packs]
             configs = [{"spec": s} for s in specs]
             tuner = tune.Tuner(
                 trainable,
@@ -207,8 +205,7 @@ def run_sweep(preset: Preset, settings: SweepSettings) -> pd.DataFrame:
                                             trial_dirname_creator=_trial_dirname),
                 run_config=tune.RunConfig(
                     name=name, storage_path=storage, verbose=1,
-                    progress_reporter=_reporter(preset, len(packs), any(p.size > 1 for p in packs),
-                                                settings.progress_tables),
+                    progress_reporter=_reporter(preset, len(plan.packs), plan.packed, settings.progress_tables),
                     failure_config=tune.FailureConfig(max_failures=settings.max_failures),
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                     # sends each trial's stored rows to --tracker's trackers (none: does nothing)

@@ -5,8 +5,9 @@ from ``sweep.driver.flags``' flags. Imports nothing that trains."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model.plugins import Plugins
 from sweep.cli import PackRequest, at_least, local_ray_sizes, pack_request, plain_name
@@ -15,6 +16,10 @@ from sweep.hooks.faults import fault_from_args
 from sweep.trackers import check_trackers, trackers_from_args
 from sweep.trial.gpu_flags import gpu_options
 from sweep.trial.options import TrialOptions
+
+if TYPE_CHECKING:
+    from sweep.placement.plan import TrialPlan
+    from sweep.presets import Cell
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,15 @@ class SweepSettings:
         local_ray_sizes(self.address, self.num_cpus, self.num_gpus)
         pack_request("--pack", self.pack)
         check_trackers("--tracker", self.trackers)  # known, and its package installed
+
+    def plan(self, cells: Sequence[Cell], cluster_gpus: float, node_gpus: float) -> TrialPlan:
+        """The trials of ``cells`` as these settings place them on a cluster of ``cluster_gpus`` GPUs
+        whose largest node has ``node_gpus``: one plan, made the same way for a run and its dry run."""
+        from sweep.placement.plan import plan_trials  # pandas: after the flags
+
+        trial = self.trial
+        return plan_trials(cells, self.pack, cluster_gpus, node_gpus, trial.cpus_per_trial, trial.gpus_per_trial,
+                           trial.amp)
 
 
 def settings_from_args(args: argparse.Namespace, default_name: str) -> SweepSettings:
