@@ -37,12 +37,11 @@ from model.plugins import Plugins, add_plugin_flag, preload
 from sweep.cli import (
     DEFAULT_STORE,
     UsageError,
-    add_pack_flags,
     local_ray_sizes,
-    pack_request,
     parser,
     run_cli,
 )
+from sweep.placement.flags import add_pack_flags, pack_request
 from sweep.sequential.flags import add_auto_flags, auto_from_args
 from sweep.trackers import add_tracker_flags, check_trackers, trackers_from_args
 from sweep.trial.gpu_flags import add_gpu_flags, gpu_options

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from sweep.cli import UsageError, pack_request
+from sweep.cli import UsageError
 from sweep.placement import ray_env
+from sweep.placement.flags import pack_request
 from sweep.placement.packing import (
     Pack,
     check_pack,

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 
 from model.plugins import add_plugin_flag
-from sweep.cli import DEFAULT_STORE, add_pack_flags
+from sweep.cli import DEFAULT_STORE
 from sweep.hooks.config import add_fault_flags
+from sweep.placement.flags import add_pack_flags
 from sweep.trackers import add_tracker_flags
 from sweep.trial.gpu_flags import add_gpu_flags
 

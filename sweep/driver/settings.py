@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from model.plugins import Plugins
-from sweep.cli import PackRequest, at_least, local_ray_sizes, pack_request, plain_name
+from sweep.cli import at_least, local_ray_sizes, plain_name
 from sweep.hooks.config import hooks_from_args
 from sweep.hooks.faults import fault_from_args
+from sweep.placement.flags import PackRequest, pack_request
 from sweep.trackers import check_trackers, trackers_from_args
 from sweep.trial.gpu_flags import gpu_options
 from sweep.trial.options import TrialOptions

@@ -22,7 +22,8 @@ import pandas as pd
 
 from model.memory import Estimate, Shape, gib
 from model.memory import estimate as memory_estimate
-from sweep.cli import PackRequest, UsageError
+from sweep.cli import UsageError
+from sweep.placement.flags import PackRequest
 from sweep.placement.schedule import (
     Cost,
     best_split,

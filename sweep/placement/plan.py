@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sweep.cli import PackRequest, gpu_fraction
+from sweep.cli import gpu_fraction
+from sweep.placement.flags import PackRequest
 from sweep.placement.packing import Pack, describe_plan, plan_packs
 from sweep.placement.ray_env import gpu_share
 from sweep.presets import Cell, Preset

@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from sweep.cli import PackRequest, local_gpus
+from sweep.cli import local_gpus
+from sweep.placement.flags import PackRequest
 
 #: GPUs per trial (an explicit ``--pack``) / per probe actor when the flag is not given and the
 #: cluster has GPUs; ``--pack auto`` plans whole GPUs (``gpu_share``).
