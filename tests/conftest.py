@@ -10,7 +10,7 @@ one module carries a suffix naming what sets it apart: ``_s3`` (moto's S3 server
 ``metrics.columns`` and followed to the store and the report). Not named after one module: ``test_plugins.py``
 (docs/extending.md's worked example; model/plugins.py), ``test_security.py`` (untrusted pickles across
 trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/), ``test_entry_points.py`` (every command's parser imports nothing that
-trains),
+trains), ``test_imports.py`` (which package may import which, where Ray may be, no import circle),
 ``test_cluster_yaml.py`` and ``test_ray_auth.py`` (the cluster launcher files and Ray's token
 auth), ``test_lock.py`` (requirements.lock against pyproject.toml), ``test_docs.py``
 (docs/SPEC.md: every "SPEC §n" in the code resolves; every path the docs name exists) and ``test_docs_blocks.py`` (every bash and
