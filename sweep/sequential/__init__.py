@@ -1,2 +1,3 @@
-"""``--seeds auto`` (SPEC §8): the rounds, their state and plan, the record, what they print, the
-baseline's family and the flags."""
+"""``--seeds auto`` (SPEC §8): the rounds (``rounds``), their units, plans and looks (``state``), the
+record (``record``), what they print (``text``), the baseline's family (``baseline``) and the flags
+(``flags``, without pandas or scipy). Above the driver: each round is an ordinary ``run_sweep``."""
