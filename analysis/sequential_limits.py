@@ -1,7 +1,7 @@
 """The limits of a ``--seeds auto`` design (SPEC §8): its first look and its most seeds.
 
 Plain constants, no numpy or scipy: ``analysis.sequential`` builds its designs with them (and
-re-exports them), and the sweep commands' ``--max-seeds`` (``sweep.auto_flags``) is checked
+re-exports them), and the sweep commands' ``--max-seeds`` (``sweep.sequential.flags``) is checked
 against them while the flags are parsed.
 """
 

@@ -92,7 +92,7 @@ def costs(out: dict[str, Any]) -> dict[str, Any]:
     r = max(out["results"], key=lambda r: (r["members"], r["depth"]))
     where = out["machine"].get("cuda") if r["device"].startswith("cuda") else "the CPU"
     return {"about": "What a training step of each condition costs, as × a none step of the same shape, for "
-                     "--pack auto's plan (sweep/schedule.py). Written by python -m bench.clamp_cost --costs FILE.",
+                     "--pack auto's plan (sweep/placement/schedule.py). Written by python -m bench.clamp_cost --costs FILE.",
             "k_spectrum_clamp": {
                 "factor": round(r["fastest_step_with_clamp"], 3), "measured": r["device"].startswith("cuda"),
                 "source": f"bench.clamp_cost on {where}, {datetime.date.today().isoformat()}: a pack of {r['members']} "

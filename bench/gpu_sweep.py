@@ -65,7 +65,7 @@ def run_sweep(name: str, extra: list[str], out: Path, tiny: bool, timeout: float
     return result
 
 
-#: the phases of a trial's start (``sweep.hooks.StartClock``, the ``start_clock`` trial hook), as (from mark, to mark)
+#: the phases of a trial's start (``sweep.hooks.base.StartClock``, the ``start_clock`` trial hook), as (from mark, to mark)
 PHASES = {"sweep start → worker process": (None, "process"), "worker process → trainable": ("process", "trainable"),
           "trainable → trainer built": ("trainable", "built"), "trainer built → epoch 0 reported": ("built", "epoch0"),
           "sweep start → epoch 0 reported": (None, "epoch0")}

@@ -9,7 +9,7 @@ B (in-process): every trial of the grid run back to back in this process,
 each timed from Trainer construction to the end of its last epoch (so it
 includes the per-epoch probe and validation, but no store writes).
 
-A (Ray): the same grid through ``sweep.runner.run_sweep`` (the demo
+A (Ray): the same grid through ``sweep.driver.runner.run_sweep`` (the demo
 preset with the same overrides) into a temporary store and Tune storage,
 timed around the whole call: Ray start, corpus hand-off, Tune, store writes,
 checkpoints, Ray shutdown.
@@ -69,7 +69,7 @@ def in_process(preset: Preset, cpus_per_trial: int) -> dict[str, Any]:
     """Run the preset's trials back to back here; per-trial wall and training seconds."""
     from model.stack import Member
     from model.trainer import Trainer
-    from sweep.runner import prepare_corpus
+    from sweep.driver.runner import prepare_corpus
 
     corpus = prepare_corpus(preset)
     previous = torch.get_num_threads()
@@ -96,7 +96,7 @@ def _plain_trial(job: tuple[Preset, int, int]) -> dict[str, Any]:
     torch.set_num_threads(threads)
     from model.stack import Member
     from model.trainer import Trainer
-    from sweep.runner import prepare_corpus
+    from sweep.driver.runner import prepare_corpus
 
     corpus = prepare_corpus(preset)
     cell = preset.cells()[index]
@@ -121,10 +121,10 @@ def plain_parallel(preset: Preset, n: int, cpus_per_trial: int, concurrency: int
 
 def through_ray(preset: Preset, cpus_per_trial: int, num_cpus: int, workdir: Path,
                 verbose: bool) -> dict[str, Any]:
-    """``sweep.runner.run_sweep`` into ``workdir``; wall time of the whole call."""
-    from sweep.options import TrialOptions
-    from sweep.runner import run_sweep
-    from sweep.settings import SweepSettings
+    """``sweep.driver.runner.run_sweep`` into ``workdir``; wall time of the whole call."""
+    from sweep.driver.runner import run_sweep
+    from sweep.driver.settings import SweepSettings
+    from sweep.trial.options import TrialOptions
 
     log = workdir / "ray_sweep.log"
     trial = TrialOptions(str(workdir / "store"), str(workdir / "ray"), cpus_per_trial=cpus_per_trial,

@@ -21,11 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from sweep.spec import RunIdentity
 from sweep.store import Store, store_id
 from sweep.trackers import check_trackers, make_trackers
 from sweep.trackers.live import Follower
 from sweep.trackers.sender import Sender
+from sweep.trial.spec import RunIdentity
 
 
 def measure(store: Store, names: list[str]) -> None:

@@ -5,7 +5,7 @@ and conditions (``@register`` in ``interventions``) at import time. Every entry
 point calls ``preload(argv, prog)`` before it builds its parser, so the new
 names are valid choices when the inputs are checked. ``Plugins`` is the one
 carrier of the list into Ray workers: the same value travels in every trial's
-run spec (``sweep.spec.TrialSpec.plugins``) and in every probe actor's settings
+run spec (``sweep.trial.spec.TrialSpec.plugins``) and in every probe actor's settings
 (``ProbeSettings.plugins``), and each worker calls ``load()`` before its work.
 The module must be importable where it runs: on ``PYTHONPATH`` or installed.
 """

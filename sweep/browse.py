@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweep.cli import UsageError, existing_path, parser, run_cli
-from sweep.ray_env import absolute_uri
+from sweep.placement.ray_env import absolute_uri
 
 if TYPE_CHECKING:  # the run spec (torch, through the registries) and pandas load after the flags
     import pandas as pd
 
-    from sweep.spec import RunIdentity
+    from sweep.trial.spec import RunIdentity
 
-#: a trial's cell (``sweep.spec.TrialSpec.cell``) as Tune flattens it; experiments started before the run
+#: a trial's cell (``sweep.trial.spec.TrialSpec.cell``) as Tune flattens it; experiments started before the run
 #: spec (version 1) kept it under ``config/cell/`` and named the condition ``intervention``
 CELL_COLUMNS = {f"config/spec/cell/{k}": v for k, v in
                 (("condition", "condition"), ("init", "init"), ("depth", "depth"), ("seed", "seed"), ("pack", "pack"))}
@@ -71,7 +71,7 @@ def trial_history(analysis, trial: str) -> pd.DataFrame:
     for t in analysis.trials:
         if trial in (t.trial_id, str(t)):
             frame = analysis.trial_dataframes[t.trial_id]
-            from sweep.spec import runs_of
+            from sweep.trial.spec import runs_of
 
             runs = runs_of(t.config)
             if len(runs) > 1:

@@ -34,18 +34,17 @@ from pathlib import Path
 
 from analysis.sequential_limits import FIRST_LOOK
 from model.plugins import Plugins, add_plugin_flag, preload
-from sweep.auto_flags import add_auto_flags, auto_from_args
 from sweep.cli import (
     DEFAULT_STORE,
     UsageError,
-    add_pack_flags,
     local_ray_sizes,
-    pack_request,
     parser,
     run_cli,
 )
-from sweep.gpu_flags import add_gpu_flags, gpu_options
+from sweep.placement.flags import add_pack_flags, pack_request
+from sweep.sequential.flags import add_auto_flags, auto_from_args
 from sweep.trackers import add_tracker_flags, check_trackers, trackers_from_args
+from sweep.trial.gpu_flags import add_gpu_flags, gpu_options
 
 PROG = "python -m sweep.demo"
 #: Tiny series, extension probe and report after the sweeps (measured: 35 s + 9 s, LOG.md).
@@ -95,6 +94,10 @@ def _main(args: argparse.Namespace) -> int:
     # what trains, probes and reports: imported once the flags are parsed (--help answers sooner)
     import ray
 
+    from sweep.driver.progress import format_duration  # imports Ray Tune (its reporter)
+    from sweep.driver.runner import prepare_corpus, run_sweep
+    from sweep.driver.settings import SweepSettings
+    from sweep.driver.summary import exit_status
     from sweep.estimate import (
         BUSY,
         busy,
@@ -109,19 +112,15 @@ def _main(args: argparse.Namespace) -> int:
     from sweep.extension.checkpoint_series import load_manifest
     from sweep.extension.revision_probe import ProbeSettings
     from sweep.extension.tiny_series import build_series
-    from sweep.options import TrialOptions
-    from sweep.packing import check_pack
+    from sweep.placement.packing import check_pack
+    from sweep.placement.ray_env import absolute_uri, init_ray
     from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
-    from sweep.progress import format_duration  # imports Ray Tune (its reporter)
-    from sweep.ray_env import absolute_uri, init_ray
     from sweep.report import output_target, write_report
-    from sweep.runner import prepare_corpus, run_sweep
-    from sweep.sequential import joint_experiments, run_auto
-    from sweep.sequential_record import read_record
-    from sweep.sequential_state import seed_sequence
-    from sweep.settings import SweepSettings
+    from sweep.sequential.record import read_record
+    from sweep.sequential.rounds import joint_experiments, run_auto
+    from sweep.sequential.state import seed_sequence
     from sweep.store import Store
-    from sweep.summary import exit_status
+    from sweep.trial.options import TrialOptions
 
     local_ray_sizes(args.address, args.num_cpus)
     trackers = trackers_from_args(args)
@@ -233,7 +232,7 @@ def _main(args: argparse.Namespace) -> int:
 def _epochs_done(store: str, presets, checkpoint_every: int) -> dict[str, int]:
     """What a demo run again need not train (``sweep.estimate.epochs_done``; no store yet: nothing)."""
     from sweep.estimate import epochs_done
-    from sweep.ray_env import absolute_uri
+    from sweep.placement.ray_env import absolute_uri
     from sweep.store import Store, StoreError
 
     try:
@@ -249,7 +248,7 @@ def _epochs_done(store: str, presets, checkpoint_every: int) -> dict[str, int]:
 
 
 def _elapsed(t0: float) -> str:
-    from sweep.progress import format_duration
+    from sweep.driver.progress import format_duration
 
     return f"elapsed {format_duration(time.perf_counter() - t0)}"
 

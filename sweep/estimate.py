@@ -27,7 +27,7 @@ from sweep.presets import Preset
 Clock = Callable[[], float]
 
 #: Trainer wall time over (sweep wall × cores), measured around Tune on the 2-core machines with
-#: Ray's background processes trimmed (``sweep.ray_env``): trial start, reports, checkpoints,
+#: Ray's background processes trimmed (``sweep.placement.ray_env``): trial start, reports, checkpoints,
 #: store writes and Ray's own processes take the rest (LOG.md, the demo's minutes).
 SWEEP_EFFICIENCY = 0.9
 #: Per trial, besides its epochs: building the Trainer, the epoch-0 probe, the last checkpoint.

@@ -7,12 +7,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from model.plugins import preload
-from sweep.auto_flags import add_auto_flags, auto_from_args
 from sweep.cli import parser, run_cli
+from sweep.driver.flags import add_run_flags
+from sweep.driver.settings import settings_from_args
+from sweep.driver.summary import exit_status
 from sweep.presets import INTERVENTION_PRESETS, add_grid_flags, preset_from_args
-from sweep.run_flags import add_run_flags
-from sweep.settings import settings_from_args
-from sweep.summary import exit_status
+from sweep.sequential.flags import add_auto_flags, auto_from_args
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     """Run the sweep; a bad value ends it with one line and exit status 2, before Ray starts."""
 
     def body(args: argparse.Namespace) -> pd.DataFrame:
-        from sweep.runner import run_sweep  # the Tune driver: after the flags
-        from sweep.sequential import run_auto  # the rounds (pandas, scipy): after the flags
+        from sweep.driver.runner import run_sweep  # the Tune driver: after the flags
+        from sweep.sequential.rounds import run_auto  # the rounds (pandas, scipy): after the flags
 
         auto = auto_from_args(args)  # before the preset: --seeds auto with --seed-list is refused there
         preset = preset_from_args(args, INTERVENTION_PRESETS)

@@ -3,7 +3,7 @@
 A preset fixes the grid (depths × inits × seeds × conditions) and the
 per-run shape: a ``GPTConfig`` and a ``TrainConfig`` template, whose defaults
 are the paper's. A preset is checked once, when it is built; ``Preset.cells()``
-expands it into one ``Cell`` per run, and ``sweep.spec.TrialSpec`` turns the
+expands it into one ``Cell`` per run, and ``sweep.trial.spec.TrialSpec`` turns the
 cells of a trial into the run spec that crosses into Tune.
 """
 
@@ -140,7 +140,7 @@ class Cell:
                       dict(self.strengths))
 
     def identity(self) -> dict[str, Any]:
-        """The run's identity (``sweep.spec.RunIdentity``; ``strengths``: every strength of the
+        """The run's identity (``sweep.trial.spec.RunIdentity``; ``strengths``: every strength of the
         condition, SPEC §6)."""
         return {"sweep": self.preset.sweep, "run_id": self.run_id, "preset": self.preset.name,
                 "init": self.init, "depth": self.depth, "seed": self.seed, "condition": self.condition,
@@ -273,7 +273,7 @@ def add_grid_flags(p: argparse.ArgumentParser, presets: dict[str, Preset], condi
 
 
 def seeds_arg(text: str) -> int | str:
-    """argparse type of ``--seeds``: a whole number, or ``auto`` (interventions: ``sweep.sequential``)."""
+    """argparse type of ``--seeds``: a whole number, or ``auto`` (interventions: ``sweep.sequential.rounds``)."""
     if text.strip() == "auto":
         return "auto"
     try:

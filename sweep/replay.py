@@ -6,7 +6,7 @@ with the trial's options (AMP, CUDA graphs, TF32, torch threads, compile) unless
 otherwise, and trains it here, writing each epoch's rows to ``--store`` as the trial did: for
 ``--pack 1`` the values the trial wrote (on the same device). No checkpoint is read: it starts
 from epoch 0. For a trial that misbehaves on a GPU: ``--no-graphs``, ``--amp off`` and a debugger
-are then at hand. Ray is not started (``sweep.trial``'s row writer is reused: it only imports Ray).
+are then at hand. Ray is not started (``sweep.trial.trainable``'s row writer is reused: it only imports Ray).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def read_config(trial_dir: str) -> dict:
 
 
 def _corpus(config: dict, name: str | None, data_dir: str | None):
+    from sweep.driver.runner import prepare_corpus
     from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
-    from sweep.runner import prepare_corpus
 
     run = config["spec"]["runs"][0]
     presets = BASELINE_PRESETS if run["sweep"] == "baseline" else INTERVENTION_PRESETS
@@ -75,9 +75,9 @@ def replay(config: dict, store_uri: str, corpus, device: str = "auto", amp: str 
     from model.recipe import resolve_device, set_tf32
     from model.stack import Member
     from model.trainer import Trainer
-    from sweep.spec import decode, plugins_of
     from sweep.store import Store
-    from sweep.trial import write_rows
+    from sweep.trial.spec import decode, plugins_of
+    from sweep.trial.trainable import write_rows
 
     plugins_of(config).load()
     spec = decode(config, corpus.vocab_size)

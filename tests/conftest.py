@@ -4,13 +4,13 @@ Layout: one test file per module, flat, named after the module's dotted path wit
 ``.``: ``model/corpus.py`` -> ``test_model_corpus.py``, ``sweep/store/parquet.py`` ->
 ``test_sweep_store_parquet.py``. A test sits in the file of the function it exercises; a
 test that drives a pipeline on Ray (sweep -> store -> browse / report) sits in the file of its
-entry module (``test_sweep_runner.py``, ``test_sweep_extension_pool.py``). A second file for
+entry module (``test_sweep_driver_runner.py``, ``test_sweep_extension_pool.py``). A second file for
 one module carries a suffix naming what sets it apart: ``_s3`` (moto's S3 server),
 ``_reference`` (bench's plain training loop), ``_toy`` (a toy per-layer metric added to
 ``metrics.columns`` and followed to the store and the report). Not named after one module: ``test_plugins.py``
 (docs/extending.md's worked example; model/plugins.py), ``test_security.py`` (untrusted pickles across
 trainer, Tune checkpoints and the checkpoint probe), ``test_bench_smoke.py`` (bench/), ``test_entry_points.py`` (every command's parser imports nothing that
-trains),
+trains), ``test_imports.py`` (which package may import which, where Ray may be, no import circle),
 ``test_cluster_yaml.py`` and ``test_ray_auth.py`` (the cluster launcher files and Ray's token
 auth), ``test_lock.py`` (requirements.lock against pyproject.toml), ``test_docs.py``
 (docs/SPEC.md: every "SPEC §n" in the code resolves; every path the docs name exists) and ``test_docs_blocks.py`` (every bash and
@@ -25,7 +25,7 @@ stored in a file compared within float32 rounding, for the tests marked ``stored
 Hygiene: environment variables change only through ``monkeypatch`` or the fixtures below
 (restored after); no test asserts a wall-clock time (timing targets belong to bench/).
 
-Tiers: a test that starts Ray (``ray.init``, ``sweep.ray_env.init_ray``, a ``Cluster``, a sweep
+Tiers: a test that starts Ray (``ray.init``, ``sweep.placement.ray_env.init_ray``, a ``Cluster``, a sweep
 CLI or ``ray start`` in a subprocess) is marked ``ray``; ``pytest -m "not ray"`` runs every
 other test. ``ray_only_when_marked`` (autouse) enforces it: in an unmarked test ``ray.init``
 raises, Ray left running fails the test, and ``RAY_TMPDIR`` points at a scratch folder where
@@ -224,9 +224,9 @@ def pytest_unconfigure(config):
 #: The longest files, longest first (``--durations=0`` per file, LOG.md): on workers they are collected
 #: first, so that ``--dist loadfile`` hands them out at the start and the short files fill in after,
 #: rather than one worker starting a two-minute file when the other has nothing left.
-LONGEST_FILES = ("test_sweep_runner.py", "test_docs_blocks.py", "test_bench_smoke.py",
-                 "test_sweep_extension_pool.py", "test_sweep_sequential_ray.py", "test_plugins.py",
-                 "test_sweep_trackers_live.py", "test_sweep_runner_packed.py", "test_sweep_cli.py")
+LONGEST_FILES = ("test_sweep_driver_runner.py", "test_docs_blocks.py", "test_bench_smoke.py",
+                 "test_sweep_extension_pool.py", "test_sweep_sequential_rounds_ray.py", "test_plugins.py",
+                 "test_sweep_trackers_live.py", "test_sweep_driver_runner_packed.py", "test_sweep_cli.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -1,5 +1,5 @@
 """A plugin condition whose ``after_step`` always raises: a deterministic error in a researcher's code
-(``--plugin tests.plugin_explode --conditions none,explode``; tests/test_sweep_failfast.py)."""
+(``--plugin tests.plugin_explode --conditions none,explode``; tests/test_sweep_trial_failfast.py)."""
 
 from __future__ import annotations
 

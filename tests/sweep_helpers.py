@@ -1,4 +1,4 @@
-"""Helpers of the sweep tests (test_sweep_runner.py, test_plugins.py, test_sweep_spec.py)."""
+"""Helpers of the sweep tests (test_sweep_driver_runner.py, test_plugins.py, test_sweep_trial_spec.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from model.plugins import Plugins
-from sweep.options import TrialOptions
 from sweep.store import Store, validate
+from sweep.trial.options import TrialOptions
 
 
 def dirs(tmp: Path, name: str) -> list[str]:

@@ -285,7 +285,7 @@ def test_clamp_cost_tiny(tmp_path: Path) -> None:
     """Each method's cost, the clamp's own choice (on the CPU: eigh there), and the plan's cost factor
     written in sweep/costs.json's format: the plan reads it back (not measured: a CPU's figure)."""
     from bench import clamp_cost
-    from sweep.schedule import load_costs
+    from sweep.placement.schedule import load_costs
 
     out = clamp_cost.main(["--tiny", "--members", "1,2", "--depths", "1", "--rounds", "1",
                            "--costs", str(tmp_path / "costs.json")])
@@ -355,7 +355,7 @@ def test_gpu_report_tables_every_section_on_the_cpu(tmp_path: Path, capsys) -> N
 @pytest.mark.ray
 def test_gpu_sweep_twice_on_the_cpu(tmp_path: Path) -> None:
     """bench/gpu.sh's sweep section, tiny, on the CPU: both sweeps complete with equal rows, and each
-    trial's start is timed from its epoch-0 result (sweep.hooks.StartClock)."""
+    trial's start is timed from its epoch-0 result (sweep.hooks.base.StartClock)."""
     from bench import gpu_sweep
 
     result = gpu_sweep.main(["--tiny", "--out", str(tmp_path), "--timeout", "240"])

@@ -2,7 +2,7 @@
 function (here, below). Added to the vocabulary, it reaches the trainer's rows, the store and the
 report (stats.json and the ``layer_metrics`` table) with the values recomputed here; a store file
 written before it existed still reads, the toy column null. No Ray: rows are written as
-``sweep.trial.write_rows`` writes them."""
+``sweep.trial.trainable.write_rows`` writes them."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def ident(seed: int) -> dict:
 
 
 def write_rows(store: Store, identity: dict, reports: list[EpochReport], drop: tuple[str, ...] = ()) -> None:
-    """As ``sweep.trial.write_rows``, every epoch; ``drop``: columns left out (an older writer)."""
+    """As ``sweep.trial.trainable.write_rows``, every epoch; ``drop``: columns left out (an older writer)."""
     for r in reports:
         store.write_layers([{**identity, "epoch": r.epoch, **{k: v for k, v in row.items() if k not in drop}}
                             for row in r.layers])

@@ -26,9 +26,9 @@ from model.trainer import Trainer
 from sweep import report
 from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS, Preset
 from sweep.report import figures as fg
-from sweep.spec import RunIdentity
 from sweep.store import Store
 from sweep.synthetic import make_synthetic_store
+from sweep.trial.spec import RunIdentity
 
 SMOKE = BASELINE_PRESETS["smoke"]
 
@@ -53,7 +53,7 @@ def _register_toys() -> tuple[str, str]:
 
 
 def _run_preset(preset: Preset, store: Store) -> None:
-    """What ``sweep.trial.train_cell`` does, without Ray: every cell through the Trainer into the store."""
+    """What ``sweep.trial.trainable.train_cell`` does, without Ray: every cell through the Trainer into the store."""
     corpus = tiny_corpus()
     for cell in preset.cells():
         trainer = Trainer(preset.model_config(cell.depth, corpus.vocab_size),
@@ -139,12 +139,12 @@ def test_plugin_names_are_valid_inputs(registries):
 def test_trials_and_probe_actors_get_the_same_plugins_value(registries):
     """One carrier: ``Plugins`` from the flags, in every trial's run spec and in the actors' settings."""
     from sweep import baseline
+    from sweep.driver.settings import settings_from_args
     from sweep.extension import cli as extension
-    from sweep.options import TrialOptions
-    from sweep.packing import plan_packs
+    from sweep.placement.packing import plan_packs
     from sweep.presets import BASELINE_PRESETS, preset_from_args
-    from sweep.settings import settings_from_args
-    from sweep.spec import TrialSpec, decode
+    from sweep.trial.options import TrialOptions
+    from sweep.trial.spec import TrialSpec, decode
 
     plugin = ["--plugin", "tests.plugin_toy"]
     sweep = settings_from_args(baseline.parse(["--preset", "smoke", *plugin]), "x")

@@ -13,7 +13,7 @@ from model.recipe import TrainConfig
 from model.stack import Member
 from model.trainer import Trainer
 from sweep.extension.revision_probe import Job, ProbeSettings, RevisionError, probe_revision
-from sweep.trial import CheckpointError, load_state
+from sweep.trial.trainable import CheckpointError, load_state
 
 VOCAB = "abcdefghij "
 TEXT = ("abc defg hij " * 400)[:4000]

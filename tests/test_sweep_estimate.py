@@ -83,7 +83,7 @@ def test_minutes_is_whole_and_at_least_one():
 def test_measure_times_each_depth_with_the_given_clock(one_thread):
     """The real trainer steps (smoke shape, a second), the clock a fake: every read advances it
     by 0.1 s, so each timed block reads exactly two ticks apart."""
-    from sweep.runner import prepare_corpus
+    from sweep.driver.runner import prepare_corpus
 
     b, i = BASELINE_PRESETS["smoke"], INTERVENTION_PRESETS["smoke"]
     costs = measure([b, i], prepare_corpus(b), steps=4, clock=FakeClock(0.1), cpu_clock=FakeClock(0.05))

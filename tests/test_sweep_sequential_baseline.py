@@ -11,7 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sweep import baseline, runner
+from sweep import baseline
+from sweep.driver import runner
 from sweep.presets import BASELINE_PRESETS
 from sweep.store import Store
 from sweep.synthetic.effects import make_effect_store
@@ -56,8 +57,8 @@ def fake(monkeypatch):
         monkeypatch.setattr(runner, "run_sweep", _fake(trained, effects, fail))
         return trained
 
-    monkeypatch.setattr("sweep.ray_env.init_ray", lambda *a, **k: False)
-    monkeypatch.setattr("sweep.sequential._newest_state", lambda settings: set())  # no Tune folder: no Tune import
+    monkeypatch.setattr("sweep.placement.ray_env.init_ray", lambda *a, **k: False)
+    monkeypatch.setattr("sweep.sequential.rounds._newest_state", lambda settings: set())  # no Tune folder: no Tune import
     return install
 
 
@@ -67,7 +68,7 @@ def _argv(tmp_path, *extra, name="bl"):
 
 
 def test_the_family_is_the_scorecards_counted_baseline_claims():
-    from sweep.sequential_baseline import baseline_family
+    from sweep.sequential.baseline import baseline_family
 
     claims = baseline_family(DEMO)
     assert sorted(c.id for c in claims) == sorted(STRONG)  # no sanity check, magnitude row or series
@@ -133,15 +134,15 @@ def test_one_family_over_both_sweeps(tmp_path, capsys, fake, monkeypatch):
     """``sweep.demo --seeds auto``'s two experiments: the baseline first, its m_b claims and the
     interventions' m_i open without data (levels α/(m_b + m_i)); the interventions start from the
     baseline's decisions (r of them: α/(m − r)); the report takes each claim from the newest record."""
-    from test_sweep_sequential import _fake_run_sweep
+    from test_sweep_sequential_rounds import _fake_run_sweep
 
-    from sweep.auto_flags import AutoSeeds
-    from sweep.options import TrialOptions
+    from sweep.driver.settings import SweepSettings
     from sweep.presets import INTERVENTION_PRESETS
     from sweep.report.sequential import decisions, load_records
-    from sweep.sequential import joint_experiments, run_auto
-    from sweep.sequential_record import read_record
-    from sweep.settings import SweepSettings
+    from sweep.sequential.flags import AutoSeeds
+    from sweep.sequential.record import read_record
+    from sweep.sequential.rounds import joint_experiments, run_auto
+    from sweep.trial.options import TrialOptions
 
     trained: list = []
     base_fake = _fake(trained, STRONG)

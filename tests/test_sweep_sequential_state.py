@@ -11,8 +11,8 @@ import pytest
 from analysis import vocabulary as vocab
 from analysis.sequential import FIRST_LOOK
 from sweep.presets import INTERVENTION_PRESETS
-from sweep.sequential import AutoSeeds, make_experiment
-from sweep.sequential_state import State, evaluate, lost_limit, plan, seed_sequence, walk
+from sweep.sequential.rounds import AutoSeeds, make_experiment
+from sweep.sequential.state import State, evaluate, lost_limit, plan, seed_sequence, walk
 
 DEMO = INTERVENTION_PRESETS["demo"]
 
@@ -49,7 +49,7 @@ def _values(effects: dict[str, float]):
 
 
 def _drive(exp, values, fail, outcomes=None, lost=None):
-    """The rounds of ``sweep.sequential`` without Ray: train what each plan lacks (``fail(cell)``:
+    """The rounds of ``sweep.sequential.rounds`` without Ray: train what each plan lacks (``fail(cell)``:
     the run is lost); given ``outcomes`` and ``lost`` of an earlier drive, a rerun."""
     outcomes = dict(outcomes or {})
     lost = dict(lost or {})
@@ -141,9 +141,9 @@ def test_decisions_of_the_second_experiment_hand_their_alpha_to_the_firsts_undec
     from scipy import stats as sps
 
     from analysis.sequential import LookStat
-    from sweep.sequential import make_experiment as make
-    from sweep.sequential_record import claim_rows
-    from sweep.sequential_state import Joint, JointClaim
+    from sweep.sequential.record import claim_rows
+    from sweep.sequential.rounds import make_experiment as make
+    from sweep.sequential.state import Joint, JointClaim
 
     iv = replace(DEMO, conditions=("none", "forced_k_contraction"))
     probe = make(iv, AutoSeeds(10, 0.05), Joint("bl", (JointClaim({}),), False))

@@ -39,7 +39,7 @@ from sweep.extension.checkpoint_series import (
     load_manifest,
     write_manifest,
 )
-from sweep.ray_env import absolute_uri, init_ray, node_gpus
+from sweep.placement.ray_env import absolute_uri, init_ray, node_gpus
 
 if TYPE_CHECKING:  # Ray, torch and the store load after the flags are parsed (--help answers at once)
     from sweep.extension.pool import JobResult

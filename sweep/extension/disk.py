@@ -107,7 +107,7 @@ def repo_cache(cache_dir: Path, repo: str) -> Path:
 
 def _process_started(pid: int) -> float | None:
     """The start time of process ``pid``, or None when there is no such process."""
-    from sweep.ray_env import bundled_psutil
+    from sweep.placement.ray_env import bundled_psutil
 
     psutil = bundled_psutil()
 

@@ -189,7 +189,7 @@ def local_node(cpus_per_actor: float, actors: int) -> tuple[int, int]:
     offer it: about 70 % of the memory available now (``--dry-run`` plans without Ray)."""
     import os
 
-    from sweep.ray_env import bundled_psutil
+    from sweep.placement.ray_env import bundled_psutil
 
     psutil = bundled_psutil()
 

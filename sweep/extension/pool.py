@@ -26,7 +26,7 @@ from sweep.extension.revision_probe import (
     jobs_from_manifest,
     probe_revision,
 )
-from sweep.ray_env import absolute_uri, default_gpus
+from sweep.placement.ray_env import absolute_uri, default_gpus
 from sweep.store import Store
 
 #: What a probe is: (job, probe text, settings, device) -> one metrics dict per layer.

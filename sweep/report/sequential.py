@@ -1,4 +1,4 @@
-"""The report's view of ``--seeds auto``: the decision records ``sweep.sequential`` wrote to
+"""The report's view of ``--seeds auto``: the decision records ``sweep.sequential.rounds`` wrote to
 ``<store>/sequential/<experiment>.json``, each claim's decision keyed by its scorecard claim id
 (``decisions``: the newest record wins), the interval an adjusted row shows (``interval``), and a
 short section (the scorecard writes each claim's note)."""
@@ -12,7 +12,7 @@ from typing import Any
 from analysis.scorecard import SEQUENTIAL_NOTE as NOTE  # how a claim's note names its decision
 from model.qk_init import DEFAULT_INIT
 
-RECORD_DIR = "sequential"  # sweep.sequential_record.RECORD_DIR
+RECORD_DIR = "sequential"  # sweep.sequential.record.RECORD_DIR
 #: The fields every claim of ``decisions`` carries (a record written before they existed: None).
 FIELDS = ("id", "kind", "condition", "strengths", "init", "depth", "metric", "predicted", "outcome", "look", "n",
           "seeds", "lost", "p", "text", "experiment", "alpha", "family_size", "estimate", "mean", "sd", "boundary",

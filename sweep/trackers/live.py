@@ -35,10 +35,10 @@ from typing import Any
 
 from ray import tune
 
-from sweep.spec import RunIdentity, runs_of
 from sweep.store import Store
 from sweep.trackers.base import RunInfo, Tracker
 from sweep.trackers.sender import Sender, _first_line
+from sweep.trial.spec import RunIdentity, runs_of
 
 _FOLLOWING: list[Live] = []  # the sweep running in this process (``following``), if any
 #: How long the sweep waits for its trackers to be reached before its first trial.
