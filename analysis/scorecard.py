@@ -142,6 +142,10 @@ class ScorecardRow:
     level: float | None  # α/k: the level the claim's test faced in the family (SPEC §8)
     ci_adj_low: float | None  # the interval at 1 − level: excludes the null exactly when decided
     ci_adj_high: float | None
+    #: the estimate and units that interval is about: ``value`` and ``n`` but for a ``--seeds auto``
+    #: decision, whose interval is at its deciding (or last) look's seeds
+    adj_value: float | None
+    adj_n: int
     effect: float | None  # standardized: (value − null) / sd over units, on the test's scale
     effect_low: float | None  # the adjusted interval on that scale
     effect_high: float | None
@@ -347,8 +351,8 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
                 needed = _needed(c, t, level, side)
             elif seq[i].get("alpha") and seq[i].get("family_size"):  # plan a new experiment from its start
                 needed = _needed(c, t, seq[i]["alpha"] / seq[i]["family_size"], side)
-                needed = replace(needed, note="for a new --seeds auto experiment, --max-seeds at least that "
-                                              "(a fixed test at its starting level α/m)")
+                if needed.seeds is not None:
+                    needed = replace(needed, note="a new --seeds auto experiment: --max-seeds at least that")
         lost = worst_p = holds = None
         if c.arms and block == "counted" and value is not None:
             lost, affected = arm_losses(lost_frame, c.arms)
@@ -374,7 +378,10 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
             ci_high=t.ci_high if t else None, n=t.n if t else 0, unit=c.unit, n_runs=c.n_runs,
             test=("--seeds auto" if i in seq else _test_name(t)) if t is not None and value is not None else None,
             p=t.p if t is not None and block != "magnitude" else None, p_adj=p_adj, level=level,
-            ci_adj_low=adj_lo, ci_adj_high=adj_hi, effect=eff[0], effect_low=eff[1], effect_high=eff[2],
+            ci_adj_low=adj_lo, ci_adj_high=adj_hi,
+            # a bracketed claim's record holds its predicted side's statistic: show the row's own quantity
+            adj_value=seq[i].get("estimate", value) if i in seq and c.y_against is None else value,
+            adj_n=int(seq[i].get("n") or 0) if i in seq else (t.n if t else 0), effect=eff[0], effect_low=eff[1], effect_high=eff[2],
             no_spread=bool(t is not None and t.zero_spread),
             verdict=verdict, magnitude=_magnitude(c, t, within) if paper_scale and value is not None else None,
             reason=reason if value is None else ("; ".join(notes) or None),
@@ -415,7 +422,11 @@ def summary(rows: list[dict]) -> str:
     sanity = c[HOLDS] + c[FAILS]
     text = ", ".join(f"{v} {c[v]}" for v in VERDICTS)
     family = sum(r["block"] == "counted" and r["p_adj"] is not None for r in rows)
-    text += f" (family of {family} tested claims, Holm at {ALPHA:.0%})"
+    auto = sum(r["block"] == "counted" and r["test"] == "--seeds auto" for r in rows)
+    parts = [f"family of {family} tested claims, Holm at {ALPHA:.0%}"] if family or not auto else []
+    if auto:
+        parts.append(f"{auto} claims decided by --seeds auto, in its own family")
+    text += f" ({'; '.join(parts)})"
     if sanity:
         text += f"; sanity checks {c[HOLDS]} of {sanity} hold"
     return text
@@ -444,7 +455,7 @@ def _value(r: dict) -> str:
 
 def _adjusted(r: dict) -> str:
     """The value with the interval its verdict rests on (``—`` when there is none)."""
-    val = num(r["value"])
+    val = num(r.get("adj_value", r["value"]))
     if r.get("ci_adj_low") is not None or r.get("ci_adj_high") is not None:
         if r["ci_adj_low"] == r["ci_adj_high"]:
             return val
@@ -573,7 +584,8 @@ def render_text(rows: list[dict]) -> list[str]:
     out = [line(HEADER)]
     for r in ordered(rows):  # the caller indents each line by 2
         here = _adjusted(r) if r["block"] == "counted" else _value(r)
-        n = units(r["n"], r["unit"]) if r["n"] else "—"
+        n_ = r.get("adj_n") or r["n"] if r["block"] == "counted" else r["n"]
+        n = units(n_, r["unit"]) if n_ else "—"
         verdict = r["verdict"] + (" ⚠" if r["skipped_files"] else "")
         out.append(line((r.get("short") or r["claim"], r.get("paper_short") or r["paper"], here, n, verdict)))
         for note in row_notes(r):

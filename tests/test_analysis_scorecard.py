@@ -148,8 +148,12 @@ def test_post_collapse_column_on_the_slope_and_bridge_rows(null_store, null_rows
 def test_a_claim_decided_by_seeds_auto_takes_that_decision_and_leaves_the_family(null_store, null_rows) -> None:
     tb, plain = null_store, null_rows
     record = {"interventions.freeze_k.qk_erank": {"outcome": "as predicted", "text": "as predicted, decided at 3 seeds "
-                                         "(look 1 of 4)", "experiment": "interventions-demo-auto"}}
+                                         "(look 1 of 4)", "experiment": "interventions-demo-auto", "estimate": 0.8,
+                                         "n": 3, "ci_adj_low": 0.2, "ci_adj_high": 1.4}}
     rows = _rows(tb, sequential=record)
+    line = next(ln for ln in sc.render_text(list(rows.values())) if ln.startswith("freeze_k: qk_erank"))
+    assert "0.8 [0.2, 1.4]" in line and "3 seeds" in line  # the interval at its deciding look, and its seeds
+    assert "1 claims decided by --seeds auto, in its own family" in sc.summary(list(rows.values()))
     row = rows["interventions.freeze_k.qk_erank"]
     assert row["verdict"] == REPRODUCED and row["p_adj"] is None and row["test"] == "--seeds auto"
     assert "--seeds auto: as predicted, decided at 3 seeds" in row["reason"]
