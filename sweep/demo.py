@@ -84,6 +84,22 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def check_probe_settings(store_root: str, extension) -> None:
+    """Refuse (``UsageError``) at the start a store whose checkpoint rows were probed with other
+    settings than step 3's (another transformers, say): the extension would refuse it after both sweeps."""
+    from pathlib import Path
+
+    from sweep.extension.cli import default_probe_text
+    from sweep.extension.record import ProbeRecord, check_store
+    from sweep.placement.ray_env import absolute_uri
+    from sweep.store import Store
+
+    uri = absolute_uri(store_root)
+    if "://" not in uri and not Path(uri).is_dir():
+        return  # a new store: nothing probed yet
+    check_store(Store(uri), ProbeRecord.of(extension.probe, default_probe_text()))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the four steps; a bad value ends it with one line and exit status 2, before Ray starts.
     Returns the exit status: 1 when a sweep ended with a run in error (the other steps still run)."""
@@ -154,6 +170,7 @@ def _main(args: argparse.Namespace) -> int:
 
     for grid_ in (baseline, interventions):
         check_pack("--pack", pack, grid_.cells())  # before Ray starts
+    check_probe_settings(args.store, extension)  # step 3 would refuse this store: say so before training
     done = _epochs_done(args.store, (first_baseline, interventions), trial.checkpoint_every)
     t0 = time.perf_counter()
     # timed before Ray starts, so that its processes do not compete with the timing
