@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import vocabulary as vocab
+from analysis.inference import SCORECARD_FAMILY
 from analysis.losses import Arm
 from analysis.reference import PAPER_REFERENCE, PAPER_TEXT, PAPER_VALUE
 from analysis.units import (
@@ -43,7 +44,8 @@ UNCOUPLED = tuple(i for i in PAPER_INITS if not QK_INITS[i].coupled)
 
 @dataclass(frozen=True)
 class Expect:
-    """Expected side: E[statistic] ``>`` / ``<`` ``lo``; or a level ``in`` [lo, hi] (a magnitude row)."""
+    """Expected side: E[statistic] ``>`` / ``<`` ``lo``; ``≠`` ``lo`` (two-sided: no direction predicted,
+    a decision names the one found); or a level ``in`` [lo, hi] (a magnitude row)."""
 
     op: str
     lo: float
@@ -54,14 +56,21 @@ class Expect:
 
     @property
     def sign(self) -> int:
-        """+1 for ``>``, −1 for ``<``, 0 for a range (no direction to test)."""
+        """+1 for ``>``, −1 for ``<``, 0 for ``≠`` and a range (no predicted direction)."""
         return {">": 1, "<": -1}.get(self.op, 0)
+
+    @property
+    def tested(self) -> bool:
+        """Whether a test decides it: every side but a range (``in``: a magnitude row)."""
+        return self.op != "in"
 
     def holds(self, v: float) -> bool:
         if self.op == ">":
             return v > self.lo
         if self.op == "<":
             return v < self.lo
+        if self.op == "≠":
+            return v != self.lo
         return self.lo <= v <= (self.hi if self.hi is not None else np.inf)
 
 
@@ -108,6 +117,9 @@ class Claim:
     ids: tuple | None = None
     #: the arms whose runs the statistic needs (``analysis.losses``): their lost runs are shown
     arms: tuple[Arm, ...] = ()
+    #: the family whose Holm–Tarone procedure adjusts its p (``analysis.inference.SCORECARD_FAMILY``: the
+    #: paper's claims); another family is adjusted apart, at its own α (SPEC §8)
+    family: str = SCORECARD_FAMILY
 
 
 def baseline_arms(inits, depths=None) -> tuple[Arm, ...]:

@@ -249,7 +249,8 @@ def fig_dose_response(an: Analysis, out: Path) -> list[Path]:
 
 #: The scorecard figure's colour per verdict.
 VERDICT_COLOURS = {"direction reproduced": "#1b7837", "direction reversed": "#c51b7d", "undecided": "#7f7f7f",
-                   "cannot be decided": "#e08214"}
+                   "cannot be decided": "#e08214", "direction found: positive": "#2166ac",
+                   "direction found: negative": "#b2182b"}
 
 
 def forest_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
