@@ -34,11 +34,11 @@ from sweep.extension.checkpoint_series import (
     MIN_FIT_REVISIONS,
     SERIES,
     Manifest,
-    build_manifest,
     default_series,
     load_manifest,
     write_manifest,
 )
+from sweep.extension.seed_sets import SET_ALIASES, SETS, expand_selection, selection_names, unpaired
 from sweep.ray_env import absolute_uri, init_ray, node_gpus
 
 if TYPE_CHECKING:  # Ray, torch and the store load after the flags are parsed (--help answers at once)
@@ -72,9 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     src.add_argument("--manifest", help="JSON manifest of revisions (see sweep/extension/checkpoint_series.py)")
     src.add_argument("--series", type=name_list, nargs="+", metavar="NAME",
                      help=f"series from the registry, a,b or a b (default: the paper's, {', '.join(default_series())}"
-                     f"): {', '.join(SERIES)}")
+                     f"): {', '.join(SERIES)}; or sets of seeds of one model, each seed a series (SPEC §7 'Sets'; "
+                     f"the Hub's listing says which exist): {', '.join(SETS)}; "
+                     + "; ".join(f"{a} = {', '.join(v)}" for a, v in SET_ALIASES.items()))
     p.add_argument("--revisions", type=int, default=DEFAULT_REVISIONS,
-                   help="revisions per series, log-uniform over training (endpoint-only series: 1)")
+                   help="revisions per series, log-uniform over training (endpoint-only series: 1); a set's seeds "
+                   "all at the same ones, picked from the steps every seed has")
     p.add_argument("--write-manifest", metavar="FILE", help="save the manifest used, for a rerun")
     p.add_argument("--store", default=DEFAULT_STORE, help="Parquet store root: a path or s3://bucket/prefix")
     p.add_argument("--actors", type=int, default=2, help="revisions probed at once, each a Ray task (>= 1)")
@@ -115,10 +118,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.series = flatten(args.series)
     if args.series is not None:
         args.series = list(args.series)
-        bad = [s for s in args.series if s not in SERIES]
+        bad = [s for s in args.series if s not in selection_names()]
         if bad or not args.series:
             p.error(f"argument --series: invalid choice: {bad[0] if bad else ''!r} "
-                    f"(choose from {', '.join(SERIES)})")
+                    f"(choose from {', '.join(selection_names())})")
     return args
 
 
@@ -165,10 +168,14 @@ def _main(args: argparse.Namespace) -> int:
         manifest = load_manifest(args.manifest, require_paths=True)
     else:
         try:
-            manifest = build_manifest(args.series or default_series(), args.revisions)
+            manifest, notes = expand_selection(args.series or default_series(), args.revisions)
         except Exception as exc:  # the hub listing needs the network
             raise UsageError(f"cannot list the series' revisions on the hub ({type(exc).__name__}: {exc}); "
                              "without network access pass --manifest with local paths") from None
+        for line in notes:
+            print(f"[extension] {line}", file=sys.stderr, flush=True)
+    for line in unpaired(manifest):
+        print(line, file=sys.stderr, flush=True)
     if args.dry_run:
         return dry_run(manifest, settings)
     text = read_text("--text", args.text) if args.text else None  # None: the embedded corpus
