@@ -455,11 +455,14 @@ def checkpoint_claims(an: Analysis) -> list[Claim]:
     """Appendix A's claims are about the paper's *public* checkpoint series: only series probed from
     the Hugging Face Hub (every ok revision has a ``repo``) count; local checkpoints (the demo's
     tiny series, a ``path`` in the manifest) are reported in the appendix but measure no claim.
-    Each series is one unit with a 0/1 outcome: an exact binomial test against one half."""
+    Each series is one unit with a 0/1 outcome: an exact binomial test against one half. A set of seeds
+    (SPEC §7 "Sets") counts once, by its original series: its other seeds are the same model again, and
+    are tested across seeds by ``analysis.suites``' per-set claims."""
     c = an.results.get("checkpoints")
     fitted = {k: v for k, v in (c.series if c else {}).items() if v.slope_pr_q_minus_pr_k is not None}
-    public = {k: v for k, v in fitted.items() if v.public}
-    local = sorted(set(fitted) - set(public))
+    seeds = sorted(k for k, v in fitted.items() if v.public and not v.counted)
+    public = {k: v for k, v in fitted.items() if v.public and v.counted}
+    local = sorted(k for k, v in fitted.items() if not v.public)
     why = an.missing.get("checkpoints.slopes") or an.missing.get(
         "checkpoints", "no checkpoint series with >= 3 revisions")
     if fitted and not public:
@@ -481,6 +484,9 @@ def checkpoint_claims(an: Analysis) -> list[Claim]:
         note = f"{len(public)} fitted public series; units: series (no seeds)"
         if local:
             note += f"; local series left out: {', '.join(local)}"
+        if seeds:
+            note += (f"; {len(seeds)} further seed(s) of sets left out (a set counts once, by its original; "
+                     "its seeds are tested in the per-set rows)")
         out.append(Claim(cid, "checkpoints", claim, paper, e, y, unit="series", note=note, kind=kind,
                          test="binomial", paper_value=PAPER_VALUE.get(cid)))
     out.append(Claim("checkpoints.gpt2_burst", "checkpoints", "GPT-2 small: early pr_q − pr_k burst that later decays",
@@ -516,6 +522,10 @@ def short_label(c: Claim) -> str:
         return f"{rest[0]}: {rest[1]} {arrow}"
     if head == "dose_response" and len(rest) == 2:
         return f"dose–response {rest[0]}: {rest[1]} {arrow}"
+    if head == "checkpoints" and rest[0] == "seeds" and len(rest) >= 3:
+        from analysis.suites import SHORT  # the per-set rows (analysis.suites imports this module)
+
+        return f"{'.'.join(rest[1:-1])}: {SHORT.get(rest[-1], rest[-1])} ≠ 0"
     if head == "checkpoints":
         return {"positive": "checkpoints: pr_q − pr_k slope > 0", "link": "checkpoints: link recurs",
                 "gpt2_burst": "checkpoints: GPT-2 burst"}.get(rest[0], c.id)
