@@ -187,15 +187,37 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def dry_run(manifest: Manifest, settings: ExtensionSettings) -> int:
-    """Print the plan of ``manifest`` (``sweep.extension.plan``) for this machine as one node; exit 0."""
+    """Print the plan of ``manifest`` (``sweep.extension.plan``) for this machine as one node (or the
+    nodes of ``--address``'s cluster), and the projected time of the run; exit 0."""
     from sweep.extension.plan import format_plan, local_node, plan_jobs
+    from sweep.extension.projection import plan_projection
     from sweep.extension.revision_probe import jobs_from_manifest
 
     probe = settings.probe
     actor, largest = local_node(probe.cpus or probe.threads, settings.actors)
     plan = plan_jobs(jobs_from_manifest(manifest), probe, actor, largest)
     print(format_plan(plan, probe, actor))
+    nodes, where = cluster_nodes(settings, largest)
+    print(plan_projection(plan, probe, nodes, settings.actors, where))
     return 0
+
+
+def cluster_nodes(settings: ExtensionSettings, memory: int) -> tuple[list[tuple[float, int]], str]:
+    """((CPUs, memory) per node, what they are) of the cluster a run would use: ``--address``'s alive
+    nodes (read from Ray, no task started), else this machine with ``--num-cpus`` (default: all)."""
+    import os
+
+    if settings.address:
+        import ray
+
+        ray.init(address=settings.address, log_to_driver=False)
+        try:
+            nodes = [(n["Resources"].get("CPU", 0.0), int(n["Resources"].get("memory", 0.0))) for n in ray.nodes()
+                     if n["Alive"]]
+        finally:
+            ray.shutdown()
+        return nodes, f"the cluster at {settings.address}"
+    return [(float(settings.num_cpus or os.cpu_count() or 1), memory)], "this machine"
 
 
 def exit_status(results: list[JobResult]) -> int:

@@ -66,6 +66,7 @@ class Job:
     listing: Listing | None = None  # a hub revision's files, listed before any download (the driver's)
     mode: ProbeMode = "whole"  # the whole model, or one decoder block at a time (metrics.hf_stream)
     memory: int | None = None  # bytes of memory its Ray task asks for (sweep.extension.plan)
+    params: int | None = None  # the model's parameters (sweep.extension.plan; the projection prices it)
     group: str | None = None  # its series' set, the seed in it and what the set varies (SPEC §7 "Sets")
     seed: str | None = None
     varies: str | None = None
