@@ -1,5 +1,5 @@
-"""SPEC §8 checkpoints (the paper's Appendix A): per-revision means and slopes per series, and the
-sets of seeds (``analysis.suites``)."""
+"""SPEC §8 checkpoints (the paper's Appendix A): per-revision means and slopes per series (the sets
+of seeds are ``analysis.suites``)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,8 @@ from analysis import claims
 from analysis.frames import group_slopes
 from analysis.primitives import OMIT_NONE, num, pearson, to_jsonable
 from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
-from analysis.suites import (
-    MIN_SEEDS,
-    ORIGINAL,
-    SHORT,
-    STATISTICS,
-    SetFit,
-    Spread,
-    fit_sets,
-    init_vs_data,
-    seed_claims,
-)
-from metrics.columns import CHECKPOINT_SETTINGS, SET_FACTORS
+from analysis.suites import ORIGINAL
+from metrics.columns import CHECKPOINT_SETTINGS
 
 
 @dataclass
@@ -64,10 +54,6 @@ class CheckpointsResult(Result):
     #: the probe settings of the ok rows (SPEC §7 "Probe settings"), one description per distinct set, with
     #: its series; None when no row records them (stores written before they were stored)
     probe_settings: list[str] | None = field(default=None, metadata=OMIT_NONE)
-    #: the sets of seeds (SPEC §8 "Sets of seeds"): each seed's statistics at the set's paired revisions
-    sets: dict[str, SetFit] | None = field(default=None, metadata=OMIT_NONE)
-    #: the spread across weight seeds beside that across data orders, per statistic
-    init_vs_data: list[Spread] | None = field(default=None, metadata=OMIT_NONE)
 
 
 def checkpoint_revision_means(checkpoints: pd.DataFrame) -> pd.DataFrame:
@@ -152,13 +138,10 @@ def compute_checkpoints(checkpoints: pd.DataFrame) -> Computed[CheckpointsResult
         out.duplicate_revisions = {f"{r.series}@{r.revision}": r.status.split(":", 1)[1]
                                    for r in dup.itertuples()}
     out.probe_settings = probe_settings(ck)
-    sets, set_revs = fit_sets(checkpoints)
-    if sets:
-        out.sets, out.init_vs_data = sets, init_vs_data(sets) or None
     missing = {}
     if not fitted:
         missing["checkpoints.slopes"] = "no checkpoint series has >= 3 ok revisions"
-    return Computed(out, missing, {"checkpoint_revisions": revs, "checkpoint_set_revisions": set_revs})
+    return Computed(out, missing, {"checkpoint_revisions": revs})
 
 
 def probe_settings(ok: pd.DataFrame) -> list[str] | None:
@@ -187,56 +170,6 @@ def table(c: CheckpointsResult) -> pd.DataFrame | None:
     cols = ["series", "source", "n_revisions", "slope_pr_q_minus_pr_k", "r_pr_k__qk_erank",
             "r_qk_erank__attn_entropy", "link_recurs"]
     return pd.DataFrame(rows)[cols]
-
-
-def sets_table(c: CheckpointsResult) -> pd.DataFrame | None:
-    """Per set and seed: its series, paired revisions and statistics (SPEC §8 "Sets of seeds")."""
-    if not c.sets:
-        return None
-    rows = [{"set": name, "varies": fit.varies, "seed": s.seed, "series": s.series, "original": s.seed == ORIGINAL,
-             "n_revisions": s.n_revisions, **{k: getattr(s, k) for k in STATISTICS}}
-            for name, fit in c.sets.items() for s in fit.seeds]
-    cols = ["set", "varies", "seed", "series", "original", "n_revisions", *STATISTICS]
-    return pd.DataFrame(rows, columns=cols)
-
-
-def spread_table(c: CheckpointsResult) -> pd.DataFrame | None:
-    """The spread across weight seeds beside the spread across data orders, per statistic."""
-    if not c.init_vs_data:
-        return None
-    return pd.DataFrame([to_jsonable(s) for s in c.init_vs_data])
-
-
-def sets_sentences(c: CheckpointsResult) -> list[str]:
-    """What each set is, what it left out, and the init-or-data-order comparison in words."""
-    out = []
-    for name, fit in (c.sets or {}).items():
-        text = (f"Set {name} (seeds vary {SET_FACTORS.get(fit.varies, fit.varies)}): {len(fit.seeds)} seed(s) "
-                f"fitted at {len(fit.revisions)} paired revisions")
-        if fit.reason:
-            text += f", none fitted: {fit.reason}"
-        if fit.left_out_seeds:
-            text += "; left out: " + "; ".join(f"seed {s} ({why})" for s, why in fit.left_out_seeds.items())
-        if fit.left_out_revisions:
-            text += "; revisions left out of every seed (pairing): " + "; ".join(
-                f"{k} (lacked by {who})" for k, who in fit.left_out_revisions.items())
-        if len(fit.seeds) >= MIN_SEEDS:
-            out.append(text + ". The scorecard tests each statistic across these seeds (family: checkpoint seeds).")
-        else:
-            out.append(text + f". Too few fitted seeds for the scorecard's test across seeds (it needs {MIN_SEEDS}).")
-    if c.init_vs_data:
-        parts = []
-        for s in c.init_vs_data:
-            sd = lambda v, lo, hi: "—" if v is None else f"{v:.3g} [{lo:.3g}, {hi:.3g}]"  # noqa: E731
-            ratio = "—" if s.ratio is None else f"{s.ratio:.3g} [{s.ratio_low:.3g}, {s.ratio_high:.3g}]"
-            test = (f"F test p {s.p:.2g} (Holm over the four: {s.p_holm:.2g})" if s.tested
-                    else f"descriptive: fewer than 3 seeds in a set ({s.n_weights} and {s.n_data})")
-            parts.append(f"{SHORT[s.statistic]} ({s.scale}): sd across weight seeds {sd(s.sd_weights, s.sd_weights_low, s.sd_weights_high)} "
-                         f"vs across data orders {sd(s.sd_data, s.sd_data_low, s.sd_data_high)}, ratio {ratio}, {test}")
-        pairs = sorted({(s.weights_set, s.data_set) for s in c.init_vs_data})
-        out.append(f"Init or data order ({'; '.join(f'{w} vs {d}' for w, d in pairs)}; 95 % intervals, normal "
-                   f"per-seed statistics assumed): " + "; ".join(parts) + ".")
-    return out
 
 
 def sentence(c: CheckpointsResult) -> str:
@@ -275,26 +208,21 @@ class Checkpoints(Section[CheckpointsResult]):
     name = "checkpoints"
     heading = "Appendix A — checkpoint series"
     reads = ("checkpoints",)
-    table_names = ("appendixA_checkpoints", "appendixA_sets", "appendixA_init_vs_data")
+    table_names = ("appendixA_checkpoints",)
     figures = (Figure("figA_checkpoints", "Figure A — layer-mean PR_Q − PR_K against training progress per "
-                      "probed checkpoint series", "sweep.report.figures:figA_checkpoints"),
-               Figure("figA_sets", "Figure A2 — per set of seeds, each seed's layer-mean PR_Q − PR_K against "
-                      "progress at the set's paired revisions, the original series drawn apart",
-                      "sweep.report.figures:figA_sets"))
+                      "probed checkpoint series", "sweep.report.figures:figA_checkpoints"),)
 
     def compute(self, data: Inputs) -> Computed[CheckpointsResult]:
         return compute_checkpoints(data.checkpoints)
 
     def tables(self, result: CheckpointsResult) -> dict[str, pd.DataFrame | None]:
-        return {"appendixA_checkpoints": table(result), "appendixA_sets": sets_table(result),
-                "appendixA_init_vs_data": spread_table(result)}
+        return {"appendixA_checkpoints": table(result)}
 
     def prose(self, result: CheckpointsResult) -> list[str]:
-        return [sentence(result), *sets_sentences(result)]
+        return [sentence(result)]
 
     def claims(self, an: Analysis, paper_scale: bool) -> list[claims.Claim]:
-        c = an.results.get("checkpoints")
-        return [*claims.checkpoint_claims(an), *seed_claims(c.sets if c else None)]
+        return claims.checkpoint_claims(an)
 
 
 SECTION = Checkpoints()

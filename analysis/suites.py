@@ -35,8 +35,9 @@ from scipy import stats as sps
 
 from analysis.claims import Claim, Expect
 from analysis.inference import fisher_z, holm
-from analysis.primitives import OMIT_NONE, num, pearson
+from analysis.primitives import OMIT_NONE, num, pearson, to_jsonable
 from analysis.reference import PAPER_SERIES
+from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 from metrics.columns import SET_FACTORS
 
 #: A seed's statistics need this many paired ok revisions (as a series' fit, SPEC §8).
@@ -349,3 +350,103 @@ def init_vs_data(sets: dict[str, SetFit] | None) -> list[Spread]:
                 s.p_holm = a
             out += pair
     return out
+
+
+# --- the section ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SeedSetsResult(Result):
+    """Appendix A across seeds: each set's fit, and the init-or-data-order spreads."""
+
+    key = "checkpoint_sets"
+    sets: dict[str, SetFit]
+    init_vs_data: list[Spread] | None = field(default=None, metadata=OMIT_NONE)
+
+
+#: Why the init-or-data-order table is absent from a store with sets.
+NO_PAIR = "no set whose seeds vary the weights only beside one whose seeds vary the data order only (SPEC §8)"
+
+
+def sets_table(c: SeedSetsResult) -> pd.DataFrame | None:
+    """Per set and seed: its series, paired revisions and statistics (SPEC §8 "Sets of seeds")."""
+    if not c.sets:
+        return None
+    rows = [{"set": name, "varies": fit.varies, "seed": s.seed, "series": s.series, "original": s.seed == ORIGINAL,
+             "n_revisions": s.n_revisions, **{k: getattr(s, k) for k in STATISTICS}}
+            for name, fit in c.sets.items() for s in fit.seeds]
+    cols = ["set", "varies", "seed", "series", "original", "n_revisions", *STATISTICS]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def spread_table(c: SeedSetsResult) -> pd.DataFrame | None:
+    """The spread across weight seeds beside the spread across data orders, per statistic."""
+    if not c.init_vs_data:
+        return None
+    return pd.DataFrame([to_jsonable(s) for s in c.init_vs_data])
+
+
+def sets_sentences(c: SeedSetsResult) -> list[str]:
+    """What each set is, what it left out, and the init-or-data-order comparison in words."""
+    out = []
+    for name, fit in c.sets.items():
+        text = (f"Set {name} (seeds vary {SET_FACTORS.get(fit.varies, fit.varies)}): {len(fit.seeds)} seed(s) "
+                f"fitted at {len(fit.revisions)} paired revisions")
+        if fit.reason:
+            text += f", none fitted: {fit.reason}"
+        if fit.left_out_seeds:
+            text += "; left out: " + "; ".join(f"seed {s} ({why})" for s, why in fit.left_out_seeds.items())
+        if fit.left_out_revisions:
+            text += "; revisions left out of every seed (pairing): " + "; ".join(
+                f"{k} (lacked by {who})" for k, who in fit.left_out_revisions.items())
+        if len(fit.seeds) >= MIN_SEEDS:
+            out.append(text + ". The scorecard tests each statistic across these seeds (family: checkpoint seeds).")
+        else:
+            out.append(text + f". Too few fitted seeds for the scorecard's test across seeds (it needs {MIN_SEEDS}).")
+    if c.init_vs_data:
+        parts = []
+        for s in c.init_vs_data:
+            sd = lambda v, lo, hi: "—" if v is None else f"{v:.3g} [{lo:.3g}, {hi:.3g}]"  # noqa: E731
+            ratio = "—" if s.ratio is None else f"{s.ratio:.3g} [{s.ratio_low:.3g}, {s.ratio_high:.3g}]"
+            test = (f"F test p {s.p:.2g} (Holm over the four: {s.p_holm:.2g})" if s.tested
+                    else f"descriptive: fewer than 3 seeds in a set ({s.n_weights} and {s.n_data})")
+            parts.append(f"{SHORT[s.statistic]} ({s.scale}): sd across weight seeds {sd(s.sd_weights, s.sd_weights_low, s.sd_weights_high)} "
+                         f"vs across data orders {sd(s.sd_data, s.sd_data_low, s.sd_data_high)}, ratio {ratio}, {test}")
+        pairs = sorted({(s.weights_set, s.data_set) for s in c.init_vs_data})
+        out.append(f"Init or data order ({'; '.join(f'{w} vs {d}' for w, d in pairs)}; 95 % intervals, normal "
+                   f"per-seed statistics assumed): " + "; ".join(parts) + ".")
+    return out
+
+
+class SeedSets(Section[SeedSetsResult]):
+    """Appendix A across the seeds of each checkpoint set (SPEC §8); left out of a store without sets."""
+
+    name = "checkpoint_sets"
+    heading = "Appendix A — across seeds (sets of checkpoint series)"
+    reads = ("checkpoints",)
+    table_names = ("appendixA_sets", "appendixA_init_vs_data")
+    figures = (Figure("figA_sets", "Figure A2 — per set of seeds, each seed's layer-mean PR_Q − PR_K against "
+                      "progress at the set's paired revisions, the original series drawn apart",
+                      "sweep.report.figures:figA_sets"),)
+    optional = True  # only a store whose checkpoint rows carry a set
+
+    def compute(self, data: Inputs) -> Computed[SeedSetsResult]:
+        sets, frame = fit_sets(data.checkpoints)
+        if not sets:
+            return Computed(None, {})
+        spreads = init_vs_data(sets) or None
+        missing = {} if spreads else {"tables.appendixA_init_vs_data": NO_PAIR}
+        return Computed(SeedSetsResult(sets, spreads), missing, {"checkpoint_set_revisions": frame})
+
+    def tables(self, result: SeedSetsResult) -> dict[str, pd.DataFrame | None]:
+        return {"appendixA_sets": sets_table(result), "appendixA_init_vs_data": spread_table(result)}
+
+    def prose(self, result: SeedSetsResult) -> list[str]:
+        return sets_sentences(result)
+
+    def claims(self, an: Analysis, paper_scale: bool) -> list[Claim]:
+        r = an.results.get(self.name)
+        return seed_claims(r.sets if r else None)
+
+
+SECTION = SeedSets()

@@ -148,9 +148,9 @@ def test_the_spread_across_weight_seeds_beside_that_across_data_orders() -> None
     assert spreads[("d", "r_pr_k__qk_erank")].scale == "Fisher z"
     few = spreads[("d2", "slope_pr_k")]  # two data orders: an interval, no test
     assert not few.tested and few.p is None and few.n_data == 2 and few.sd_data is not None
-    from analysis.checkpoints import compute_checkpoints, sets_sentences
+    from analysis.suites import SeedSetsResult, sets_sentences
 
-    text = " ".join(sets_sentences(compute_checkpoints(frame(ck)).result))
+    text = " ".join(sets_sentences(SeedSetsResult(sets, init_vs_data(sets))))
     assert "Init or data order (w vs d; w vs d2;" in text and "descriptive: fewer than 3 seeds in a set (5 and 2)" in text
 
 
@@ -159,3 +159,19 @@ def test_rows_of_older_stores_have_no_sets() -> None:
     assert sets == {} and revs.empty
     sets, revs = fit_sets(frame(seed_rows("x", "0", 1.0, np.random.default_rng(0))).assign(group=None, seed=None))
     assert sets == {} and revs.empty
+
+
+def test_the_report_writes_the_sets_section_and_says_why_a_table_is_absent(store, tmp_path) -> None:
+    """A store with sets gets the section (its table, figure and prose); without a weights-only set beside
+    a data-order-only one, the init-or-data table's own reason is given, not the section's."""
+    from analysis.suites import NO_PAIR
+    from sweep import report
+
+    s = report.build_report(store, tmp_path, figures=True, preset="demo")
+    assert set(s["checkpoint_sets"]["sets"]) == {"planted", "null"}
+    assert (tmp_path / "tables" / "appendixA_sets.csv").is_file()
+    assert not (tmp_path / "tables" / "appendixA_init_vs_data.csv").exists()
+    assert s["missing"]["tables.appendixA_init_vs_data"] == NO_PAIR and "checkpoint_sets" not in s["missing"]
+    assert (tmp_path / "figures" / "figA_sets.png").is_file()
+    md = (tmp_path / "report.md").read_text()
+    assert "## Appendix A — across seeds (sets of checkpoint series)" in md and "Set planted (seeds vary" in md

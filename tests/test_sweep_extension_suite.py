@@ -147,7 +147,7 @@ def test_planted_and_null_sets_probed_then_decided_across_seeds(tmp_path: Path, 
         (f"{g}-{k}", g, str(k), "seed") for g in ("planted", "null") for k in range(4)}
     tables = {t: SCHEMAS[t].empty_table().to_pandas() for t in ("layers", "epochs")} | {"checkpoints": ck}
     an = compute_all(tables)
-    fits = an.results["checkpoints"].sets
+    fits = an.results["checkpoint_sets"].sets
     assert fits["planted"].revisions == ["step 0", "step 100", "step 3000"]  # paired: step 1000 left out of all
     assert fits["planted"].left_out_revisions == {"step 1000": "seed 2"}
     assert fits["null"].revisions == ["step 0", "step 100", "step 1000", "step 3000"]
