@@ -46,10 +46,11 @@ TEST_WORKERS ?= 2
 
 # Then the tests that compare with numbers stored in a file once more, on PyTorch's portable kernels
 # (another rounding path on this CPU, as a user's CPU has its own): a bit-for-bit assumption fails here
-# too, not only on another machine (docs/architecture.md, "Stored references").
+# too, not only on another machine (docs/architecture.md, "Stored references"). Only the files that
+# mark a test `stored` are collected (collecting every file imports Ray, transformers, …: ~20 s).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
-	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q -p no:cacheprovider -m stored
+	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q -p no:cacheprovider -m stored $$(grep -l "mark.stored" tests/test_*.py)
 
 # The fast tests on pyproject's lower bounds (requirements-floors.txt), in a throw-away venv; not in CI.
 # FLOORS_TESTS narrows what runs (default: every test that starts no Ray).

@@ -623,7 +623,9 @@ def console(rows: list[dict], preset: str | None, notes: list[str] = ()) -> list
     import textwrap
 
     out = [f"reproduction scorecard, preset {preset}:"]
-    out += textwrap.wrap(summary(rows), WIDTH - 2, initial_indent="  ", subsequent_indent="  ")
+    counts_, _, rest = summary(rows).partition(" (")
+    for part in (counts_, "(" + rest if rest else ""):  # the counts, then the family and the sanity checks
+        out += textwrap.wrap(part, WIDTH - 2, initial_indent="  ", subsequent_indent="  ")
     for note in [*notes, *text_notes(rows)]:
         out += textwrap.wrap(note, WIDTH, initial_indent="  note: ", subsequent_indent="        ")
     return out + ["  " + line for line in render_text(rows)]

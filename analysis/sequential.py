@@ -32,6 +32,14 @@ predicted* when T has the predicted sign at its first crossing at the rejecting 
 *against the prediction*; a claim never rejected is undecided.
 ``tests/test_analysis_sequential.py`` and ``bench/sequential_error.py`` check it by simulation.
 
+A look whose values have no spread gets the fixed path's rule (``analysis.inference.t_test``): the
+sign-flip p ``2 · 2⁻ⁿ`` (1 when every value is the null), as the |t| with that p (``zero_spread_t``),
+never |t| = ∞ and p = 0. A claim tested on two statistics (``against_reach``: the predicted side on
+x − the largest reference, the reversal on x − the smallest) uses one-sided boundaries at α/(2j)
+per side (``Design.upper``, the same simulation). ``run_timeline`` runs the procedure over looks
+of several experiments of one family (``sweep.demo --seeds auto``: the baseline's, then the
+interventions').
+
 Why Pocock-type: it spends ≈ 0.42 a at n = 3 of 10, so a strong effect can stop at the first look;
 O'Brien–Fleming-type spending leaves ≈ 0.0003 α there, a t of ≈ 54 with 2 degrees of freedom.
 """
@@ -46,6 +54,7 @@ import numpy as np
 from scipy import stats
 
 # the first look and the most seeds: plain constants that a sweep's parser reads without scipy
+from analysis.inference import SPREAD_RTOL
 from analysis.sequential_limits import FIRST_LOOK, MAX_SEEDS
 
 #: Seeds added per round until the maximum is near (``look_schedule``).
@@ -98,6 +107,12 @@ class Design:
         """``bounds`` as an array [m, K]."""
         return np.asarray(self.bounds, float)
 
+    @functools.cached_property
+    def upper(self) -> np.ndarray:
+        """One-sided upper boundaries [m, K] at level α/(2j) on each side (``_bounds`` with ``sided``
+        1): a claim tested on two statistics, one per side (``against_reach``)."""
+        return np.asarray(_bounds(self.looks, self.alpha, self.family_size, 1), float)
+
     def spent(self, j: int) -> tuple[float, ...]:
         """Cumulative error spent by each look at level α/j."""
         n = np.asarray(self.looks, float)
@@ -132,8 +147,8 @@ def _t_stat(total: np.ndarray, squares: np.ndarray, n: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def _null_paths(looks: tuple[int, ...]) -> np.ndarray:
-    """|T_k| [K, paths] of ``CALIBRATION_PATHS`` null normal paths (float32), generated look by look:
-    memory O(paths × looks), not O(paths × seeds)."""
+    """T_k [K, paths] of ``CALIBRATION_PATHS`` null normal paths (float32, signed), generated look by
+    look: memory O(paths × looks), not O(paths × seeds)."""
     rng = np.random.default_rng(CALIBRATION_SEED)
     total = np.zeros(CALIBRATION_PATHS)
     squares = np.zeros(CALIBRATION_PATHS)
@@ -143,7 +158,7 @@ def _null_paths(looks: tuple[int, ...]) -> np.ndarray:
         block = rng.standard_normal((CALIBRATION_PATHS, n - prev))
         total += block.sum(axis=1)
         squares += np.square(block).sum(axis=1)
-        out[k] = np.abs(_t_stat(total, squares, n))
+        out[k] = _t_stat(total, squares, n)
         prev = n
     return out
 
@@ -156,30 +171,33 @@ def _top(values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=32)
-def _bounds(looks: tuple[int, ...], alpha: float, m: int) -> tuple[tuple[float, ...], ...]:
-    """|t| boundaries at every level α/j, j = 1..m, on one simulation (module docstring). No level
-    crosses more than ≈ α of the paths by any look, so only the top ``α · paths`` (+ a margin) of each
-    look are sorted."""
-    t = _null_paths(looks)
+def _bounds(looks: tuple[int, ...], alpha: float, m: int, sided: int = 2) -> tuple[tuple[float, ...], ...]:
+    """Boundaries at every level α/j, j = 1..m, on one simulation (module docstring). ``sided`` 2:
+    |t| boundaries, the first crossing of either side spends ``a(τ)``; ``sided`` 1: upper boundaries of
+    a one-sided test at ``a/2``, any crossing of the upper side spending ``a(τ)/2`` (a path that crossed
+    the lower side runs on). No level crosses more than ≈ α of the paths by any look, so only the top
+    ``α · paths`` (+ a margin) of each look are sorted."""
+    signed = _null_paths(looks)
+    t = np.abs(signed) if sided == 2 else signed
     n_paths = t.shape[1]
     keep = min(n_paths, int(alpha * n_paths) + 2000)
     tops = [_top(row, keep) for row in t]
     n = np.asarray(looks, float)
     rows: list[tuple[float, ...]] = []
     for j in range(1, m + 1):
-        spent = pocock_spending(n / n[-1], alpha / j)
+        spent = pocock_spending(n / n[-1], alpha / j) / (3 - sided)  # one-sided: half on the upper side
         dead = np.zeros(n_paths, bool)  # paths that crossed an earlier look
         row, before = [], 0.0
         for k, (values, order) in enumerate(tops):
-            if k == 0:
-                c = float(stats.t.isf(spent[0] / 2.0, looks[0] - 1))
+            if k == 0:  # the t quantile: the same at both sidednesses
+                c = float(stats.t.isf(spent[0] / sided, looks[0] - 1))
             else:
                 target = max(1, round((spent[k] - before) * n_paths))
                 live = np.flatnonzero(~dead[order])[:target]  # the top `target` paths still running
                 if len(live) < target:
                     raise RuntimeError(f"calibration: look {k + 1} needs more than the top {keep} paths")
                 c = float(values[live[-1]])
-            if rows:  # a smaller level never needs a smaller |t| (simulation noise aside)
+            if rows:  # a smaller level never needs a smaller boundary (simulation noise aside)
                 c = max(c, rows[-1][k])
             row.append(c)
             crossed = int(np.searchsorted(-values, -np.float32(c), side="right"))
@@ -209,27 +227,98 @@ def naive_design(looks: tuple[int, ...], level: float = 0.05) -> Design:
     return Design(tuple(looks), level, 1, (tuple(float(stats.t.isf(level / 2, n - 1)) for n in looks),))
 
 
+def zero_spread_t(n: int) -> float:
+    """The |t| whose two-sided p with ``n`` values is the sign-flip floor ``2 · 2⁻ⁿ``: what a look
+    whose values have no spread (all equal, ≠ the null) stands for (``analysis.inference.t_test``'s
+    rule; p = 0 from |t| = ∞ would cross every boundary)."""
+    return float(stats.t.isf(2.0 ** -n, n - 1))
+
+
 def t_stats(x: np.ndarray, looks: tuple[int, ...]) -> np.ndarray:
-    """t statistics [..., K] of the first n_k values of ``x`` [..., N] at each look; NaN where
-    n_k > N or a value is not finite (±inf for constant non-zero values, NaN for all-zero)."""
+    """t statistics [..., K] of the first n_k values of ``x`` [..., N] against 0 at each look; NaN
+    where n_k > N or a value is not finite. Values without spread (``SPREAD_RTOL``) get the
+    sign-flip rule: all 0 → t = 0 (p = 1), all equal ≠ 0 → ±``zero_spread_t(n_k)`` (p = 2 · 2⁻ⁿ)."""
     x = np.asarray(x, float)
     out = np.full((*x.shape[:-1], len(looks)), np.nan)
     for k, n in enumerate(looks):
         if n > x.shape[-1]:
             break
         head = x[..., :n]
-        t = _t_stat(head.sum(axis=-1), np.square(head).sum(axis=-1), n)
+        total = head.sum(axis=-1)
+        t = _t_stat(total, np.square(head).sum(axis=-1), n)
+        with np.errstate(invalid="ignore"):
+            mean = total / n
+            flat = np.ptp(head, axis=-1) <= SPREAD_RTOL * np.maximum(np.abs(mean), 1.0)
+        t = np.where(flat, np.sign(mean) * zero_spread_t(n), t)
         out[..., k] = np.where(np.isfinite(head).all(axis=-1), t, np.nan)
     return out
 
 
+#: The smallest p a record stores: a t-test p that underflows (|t| of 10⁹ with 49 df) is not 0.
+P_FLOOR = float(np.finfo(float).tiny)
+
+
+@dataclass(frozen=True)
+class LookStat:
+    """One claim's statistic at one look: the first n values' mean and sd, t against the null c
+    (``t_stats``' rule: zero spread gives ±``zero_spread_t`` or 0; NaN: a value not finite), and its
+    two-sided p (zero spread: ``2 · 2⁻ⁿ``, or 1 at c; never below ``P_FLOOR``)."""
+
+    n: int
+    mean: float
+    sd: float
+    t: float
+    p: float
+    zero_spread: bool = False
+
+    def one_sided_p(self, side: int) -> float:
+        """P of T at least this far on ``side`` (+1 / −1) under the null (zero spread: ``2⁻ⁿ``)."""
+        if not math.isfinite(self.t):
+            return 1.0
+        return max(P_FLOOR, float(stats.t.sf(side * self.t, self.n - 1)))
+
+
+def look_stat(y: np.ndarray, c: float = 0.0) -> LookStat:
+    """``LookStat`` of the values y [n], n >= 2, tested against ``c``."""
+    y = np.asarray(y, float)
+    n = int(y.size)
+    if n < 2 or not np.isfinite(y).all():
+        return LookStat(n, math.nan, math.nan, math.nan, math.nan)
+    mean, sd = float(y.mean()), float(y.std(ddof=1))
+    if float(np.ptp(y)) <= SPREAD_RTOL * max(abs(mean), abs(c), 1.0):
+        if mean == c:
+            return LookStat(n, mean, 0.0, 0.0, 1.0, True)
+        return LookStat(n, mean, 0.0, math.copysign(zero_spread_t(n), mean - c), min(1.0, 2.0 * 2.0 ** -n), True)
+    t = (mean - c) / (sd / math.sqrt(n))
+    return LookStat(n, mean, sd, t, max(P_FLOOR, float(2.0 * stats.t.sf(abs(t), n - 1))))
+
+
 def crossing_level(t: np.ndarray, design: Design) -> np.ndarray:
     """The largest j [...] at which some look of ``t`` [..., K'] (NaN: not reached) crosses the
-    level-α/j boundaries (0: none)."""
-    table = design.table
-    best = np.zeros(t.shape[:-1], int)
-    for k in range(t.shape[-1]):
-        a = np.abs(t[..., k])
+    level-α/j |t| boundaries (0: none)."""
+    return _reach(np.abs(t), design.table)
+
+
+def upper_level(t: np.ndarray, design: Design) -> np.ndarray:
+    """The largest j [...] at which some look of ``t`` [..., K'] reaches the one-sided upper
+    boundaries of level α/j (``Design.upper``; 0: none)."""
+    return _reach(t, design.upper)
+
+
+def against_reach(t: np.ndarray, t_against: np.ndarray, sign: np.ndarray | int, design: Design) -> np.ndarray:
+    """The reach (``crossing_level``'s j) of a claim tested on two statistics per seed (``analysis.
+    inference.against_test``: y = x − the largest reference, y_against = x − the smallest): the
+    predicted side on ``t`` [..., K'] and the reversal on ``t_against``, each a one-sided
+    group-sequential test at α/(2j) (``Design.upper``). Under a null on either side at most one of
+    them errs, with probability ≤ α/(2j); under no effect at all, ≤ α/j together."""
+    s = np.asarray(sign, float)[..., None]
+    return np.maximum(upper_level(s * t, design), upper_level(-s * t_against, design))
+
+
+def _reach(v: np.ndarray, table: np.ndarray) -> np.ndarray:
+    best = np.zeros(v.shape[:-1], int)
+    for k in range(v.shape[-1]):
+        a = v[..., k]
         j = np.searchsorted(table[:, k], np.where(np.isnan(a), -np.inf, a), side="right")
         best = np.maximum(best, j)
     return best
@@ -242,7 +331,14 @@ def holm_update(t: np.ndarray, design: Design, level: np.ndarray) -> np.ndarray:
     m = design.family_size
     if t.shape[-2] != m:
         raise ValueError(f"{t.shape[-2]} claims for a design of family size {m}")
-    reach = crossing_level(t, design)
+    return holm_levels(crossing_level(t, design), m, level)
+
+
+def holm_levels(reach: np.ndarray, m: int, level: np.ndarray) -> np.ndarray:
+    """``holm_update`` on the claims' reaches [..., m]: each claim's largest j whose boundaries its
+    path crossed (``crossing_level``, ``against_reach``: a crossing at j is one at every j' < j)."""
+    if reach.shape[-1] != m:
+        raise ValueError(f"{reach.shape[-1]} claims for a design of family size {m}")
     level = np.array(level, int, copy=True)
     while True:
         j = m - (level > 0).sum(axis=-1, keepdims=True)
@@ -285,6 +381,21 @@ def run_family(x: np.ndarray, design: Design) -> FamilyOutcome:
         level = new
     look, sign = first_crossing(t, design, level)
     return FamilyOutcome(round_, level, look, sign)
+
+
+def run_timeline(reaches: list[np.ndarray], m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Holm-type procedure over a timeline of looks, each of which may belong to a different
+    experiment of one family (``sweep.demo --seeds auto``: the baseline's looks, then the
+    interventions'): ``reaches[e]`` [..., m] every claim's reach with the data seen by event e (a
+    claim of an experiment that has not started: 0; one that has finished: its final reach).
+    Returns (level [..., m], the 0-based event that rejected each claim, -1: never)."""
+    level = np.zeros(reaches[0].shape, int)
+    event = np.full(reaches[0].shape, -1)
+    for e, reach in enumerate(reaches):
+        new = holm_levels(reach, m, level)
+        event = np.where((level == 0) & (new > 0), e, event)
+        level = new
+    return level, event
 
 
 def fixed_power(effect: float, n: int, alpha: float) -> float:

@@ -27,6 +27,9 @@ Prints, by simulation, the rates that the scorecard's words carry:
    the shallowest's: how often the paper's (x − max u) difference and the bracketed test decide it.
 7. **The laws the t test needs**: sections 2 and 3 run normal, heavy-tailed (t₃), skewed, light-tailed
    (uniform) and bimodal (±1 + N(0, 0.3²)) per-seed statistics; the guarantee is for normal ones.
+8. **The same laws, sequential**: ``--seeds auto``'s design (``analysis.sequential``, looks 3, 5, 7,
+   10) on the demo's one family of 25 claims, no effect: the family-wise error per law; and a claim
+   whose every seed has the same difference (no spread): the look it is decided at, never the first.
 
 Each rate is printed with its Monte-Carlo standard error.
 """
@@ -221,6 +224,39 @@ def gap_growth(rng, reps: int, n: int, ratio: float) -> dict[str, Any]:
             "new_decided": float((p_new <= ALPHA).mean())}
 
 
+def sequential_laws(rng, reps: int, laws, m: int = 25, max_seeds: int = 10) -> list[dict[str, Any]]:
+    """``--seeds auto``'s family-wise error on ``m`` null claims of each law (claims sharing a seed
+    effect, ρ 0.5, as the paired differences to one ``none`` run do)."""
+    from analysis.sequential import make_design, run_family
+
+    design = make_design(max_seeds, ALPHA, m)
+    out = []
+    for law in laws:
+        x = family(rng, law, reps, design.max_seeds, m, 0.5)
+        decided = run_family(x, design).level > 0
+        out.append({"law": law, "m": m, "looks": list(design.looks), "reps": reps,
+                    "fwer": float(decided.any(-1).mean()), "claim_decided": float(decided.mean())})
+    return out
+
+
+def sequential_zero_spread(delta: float = 0.1, m: int = 25, max_seeds: int = 10) -> dict[str, Any]:
+    """One claim whose every seed has the same difference ``delta``, alone (α) and in the demo's family
+    (α/m at its start): the look that decides it, and its p (never 0)."""
+    from analysis.sequential import look_stat, make_design, run_family
+
+    out = {"delta": delta}
+    for size in (1, m):
+        design = make_design(max_seeds, ALPHA, size)
+        x = np.zeros((1, size, design.max_seeds))
+        x[0, 0] = delta
+        o = run_family(x, design)
+        look = int(o.round[0, 0])
+        n = design.looks[look] if look >= 0 else None
+        out[f"family_{size}"] = {"decided_at_seeds": n, "looks": list(design.looks),
+                                 "p": look_stat(x[0, 0, :n], 0.0).p if n else None}
+    return out
+
+
 def power_table(rng, reps: int, m: int, n: int) -> list[dict[str, Any]]:
     """P(decided as predicted) for one claim of effect d in a family of m whose other claims are null."""
     out = []
@@ -318,6 +354,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"   σ ratio {r['ratio']:g}, {r['seeds']:>2} seeds: x − max at both depths decided {r['old_decided']:.3f} "
               f"(reversed {r['old_reversed']:.3f}; its mean {r['mean_plain']:+.3f}); bracketed {r['new_decided']:.3f} "
               f"(target ≤ {ALPHA}, MC error ≈ {se(ALPHA, r['reps']):.3f})")
+
+    print(f"\n8. --seeds auto (looks 3, 5, 7, 10), the demo's one family of 25, no effect, seed correlation 0.5 "
+          f"({reps} experiments a law):")
+    out["sequential_laws"] = sequential_laws(rng, reps, laws)
+    for r in out["sequential_laws"]:
+        print(f"   {r['law']:<8} family-wise {r['fwer']:.4f} (target ≤ {ALPHA}, MC error ≈ {se(ALPHA, reps):.4f}); "
+              f"per claim {r['claim_decided']:.4f}")
+    z = sequential_zero_spread()
+    out["sequential_zero_spread"] = z
+    for size in (1, 25):
+        r = z[f"family_{size}"]
+        where = (f"decided at {r['decided_at_seeds']} seeds (p = {r['p']:.3g})" if r["decided_at_seeds"]
+                 else "never decided within 10 seeds")
+        print(f"   a Δ of {z['delta']} in every seed, {'alone' if size == 1 else 'in the family of 25'}: {where}; "
+              f"the first look is {r['looks'][0]} seeds")
 
     worst = max(r["fwer"] for r in out["per_claim"] if r["law"] == "normal")
     out["seconds"] = time.perf_counter() - t0

@@ -4,6 +4,7 @@ the AdamW they build. No Ray, no files.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -114,4 +115,10 @@ def compile_model(model: nn.Module, backend: str = "inductor") -> Callable[..., 
     import torch._dynamo
 
     torch._dynamo.config.skip_nnmodule_hook_guards = False
+    if os.environ.get("ATEN_CPU_CAPABILITY") == "default":
+        # PyTorch's portable kernels asked for: inductor would still emit C++ vectorized for this
+        # CPU's ISA, which does not compile against them ("'at::vec' has not been declared")
+        import torch._inductor.config
+
+        torch._inductor.config.cpp.simdlen = 1
     return torch.compile(model, backend=backend)

@@ -1,7 +1,7 @@
 """``--seeds auto``'s flags (SPEC §8): ``--max-seeds`` and ``--alpha``, and the ``AutoSeeds`` they make.
 
-Without numpy, pandas or scipy: ``sweep.interventions`` and ``sweep.demo`` add these flags to their
-parsers, and ``--help`` answers before anything that trains or decides is imported. The rounds
+Without numpy, pandas or scipy: ``sweep.baseline``, ``sweep.interventions`` and ``sweep.demo`` add
+these flags to their parsers, and ``--help`` answers before anything that trains or decides is imported. The rounds
 themselves are ``sweep.sequential``'s.
 """
 
@@ -32,7 +32,7 @@ class AutoSeeds:
 
 def add_auto_flags(p: argparse.ArgumentParser) -> None:
     """``--max-seeds`` and ``--alpha``, read with ``--seeds auto``."""
-    g = p.add_argument_group("--seeds auto (docs/seeds.md)")
+    g = p.add_argument_group("--seeds auto: seeds in rounds until each claim is decided (docs/seeds.md)")
     g.add_argument("--max-seeds", type=int, default=10, help=f"most seeds per claim, {FIRST_LOOK} (the first "
                    f"round) to {MAX_SEEDS}")
     g.add_argument("--alpha", type=float, default=0.05, help="family-wise error over all the experiment's claims "

@@ -1,8 +1,9 @@
 """``make demo``: the whole study at laptop scale, end to end.
 
 1. ``sweep.baseline --preset demo``   (3 depths × 3 inits × the preset's seeds on stdlib-docs)
-2. ``sweep.interventions --preset demo``   (6 conditions × the preset's seeds; ``--seeds auto``:
-   rounds of seeds until each intervention claim is decided, docs/seeds.md)
+2. ``sweep.interventions --preset demo``   (6 conditions × the preset's seeds)
+   ``--seeds auto``: both sweeps in rounds of seeds until each claim is decided, the baseline's and
+   the interventions' claims one family with one family-wise error (docs/seeds.md)
 3. ``sweep.tiny_series`` + ``sweep.extension``   (a tiny local character-level GPT-2
    series, built offline into ``runs/tiny-series``, probed for Appendix A)
 4. ``sweep.report --preset demo``   (scorecard, statistics, tables, figures, report.md)
@@ -17,7 +18,8 @@ runs are far too short to show the effects (its report says so).
 
 Before training, every tier times a few optimiser steps per depth on this
 machine (``sweep.estimate``, a few seconds) and prints how long it expects to
-take on the cores it will use; at the end it prints that estimate next to the
+take on the cores it will use (a demo run again counts only the runs the store
+does not hold yet: the work left); at the end it prints that estimate next to the
 measured time, and each sweep prints the share of the machine it turned into
 training. Steps 1–3 share one local Ray instance; outputs land under ``runs/``.
 """
@@ -50,6 +52,9 @@ PROG = "python -m sweep.demo"
 REST_S = 45.0
 #: Steps timed per depth before training (plus one warm-up step and one probe).
 TIMED_STEPS = 3
+#: What ``--seeds auto`` tells a demo whose stored design differs (the demo has no --name).
+NEW_DESIGN = ("a new design needs a new experiment: another --store, or the sweeps one by one with --name "
+              "(python -m sweep.baseline / sweep.interventions --seeds auto)")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -73,8 +78,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--num-cpus", type=int, help="CPUs for the local Ray instance, >= 1 (default: all)")
     p.add_argument("--progress-tables", action="store_true",
                    help="print Tune's full trial status table at every report (default: one progress line)")
-    p.add_argument("--seeds", choices=["auto"], help="step 2 adds seeds in rounds until each intervention claim "
-                   "is decided (docs/seeds.md; default: the tier's fixed seeds)")
+    p.add_argument("--seeds", choices=["auto"], help="steps 1 and 2 add seeds in rounds until each baseline and "
+                   "intervention claim is decided, one family-wise error over both (docs/seeds.md; default: the "
+                   "tier's fixed seeds)")
     add_auto_flags(p)
     return p.parse_args(argv)
 
@@ -89,7 +95,16 @@ def _main(args: argparse.Namespace) -> int:
     # what trains, probes and reports: imported once the flags are parsed (--help answers sooner)
     import ray
 
-    from sweep.estimate import BUSY, busy, describe_costs, idle, measure, minutes, sweep_seconds
+    from sweep.estimate import (
+        BUSY,
+        busy,
+        describe_costs,
+        expected_line,
+        idle,
+        measure,
+        minutes,
+        sweep_seconds,
+    )
     from sweep.extension import ExtensionSettings, probe_checkpoints
     from sweep.extension.checkpoint_series import load_manifest
     from sweep.extension.revision_probe import ProbeSettings
@@ -98,11 +113,14 @@ def _main(args: argparse.Namespace) -> int:
     from sweep.packing import check_pack
     from sweep.presets import BASELINE_PRESETS, INTERVENTION_PRESETS
     from sweep.progress import format_duration  # imports Ray Tune (its reporter)
-    from sweep.ray_env import init_ray
+    from sweep.ray_env import absolute_uri, init_ray
     from sweep.report import output_target, write_report
     from sweep.runner import prepare_corpus, run_sweep
-    from sweep.sequential import run_auto
+    from sweep.sequential import joint_experiments, run_auto
+    from sweep.sequential_record import read_record
+    from sweep.sequential_state import seed_sequence
     from sweep.settings import SweepSettings
+    from sweep.store import Store
     from sweep.summary import exit_status
 
     local_ray_sizes(args.address, args.num_cpus)
@@ -127,53 +145,61 @@ def _main(args: argparse.Namespace) -> int:
     grid = INTERVENTION_PRESETS[preset]
     # every tier runs its preset's seeds: enough for the scorecard's test to decide a direction
     # (SPEC §8), and none of them chose the schedule (SPEC §10)
-    interventions = grid
+    interventions, first_baseline = grid, baseline
+    names = (f"baseline-{preset}-auto", f"interventions-{preset}-auto")
     if auto is not None:  # timed and estimated for the first round; later rounds only as needed
-        interventions = replace(grid, seeds=grid.seeds[:FIRST_LOOK])
+        interventions = replace(grid, seeds=seed_sequence(grid.seeds, FIRST_LOOK, grid.schedule_seeds))
+        first_baseline = replace(baseline, seeds=seed_sequence(baseline.seeds, FIRST_LOOK, baseline.schedule_seeds))
     extension = ExtensionSettings(ProbeSettings(args.store, n_seqs=8, seq_len=64, cpus=1.0,
                                                 plugins=plugins), actors=2)
 
     for grid_ in (baseline, interventions):
         check_pack("--pack", pack, grid_.cells())  # before Ray starts
+    done = _epochs_done(args.store, (first_baseline, interventions), trial.checkpoint_every)
     t0 = time.perf_counter()
     # timed before Ray starts, so that its processes do not compete with the timing
     costs = measure([baseline, interventions], prepare_corpus(baseline), steps=TIMED_STEPS)
     started = init_ray(args.address, args.num_cpus)  # a Ray already running is used and left running
     try:
         cores = int(ray.cluster_resources().get("CPU", 1))
-        expected = {"baseline": sweep_seconds(baseline, costs, cores),
-                    "interventions": sweep_seconds(interventions, costs, cores), "rest": REST_S}
-        print(f"expected ≈ {minutes(sum(expected.values()))} on {cores} cores "
-              f"(baseline ≈ {minutes(expected['baseline'])}, interventions{' (first round)' if auto else ''} ≈ {minutes(expected['interventions'])}); "
-              f"timed here in {format_duration(time.perf_counter() - t0)}: {describe_costs(costs)}", flush=True)
+        expected = {"baseline": sweep_seconds(first_baseline, costs, cores, done=done),
+                    "interventions": sweep_seconds(interventions, costs, cores, done=done), "rest": REST_S}
+        print(f"{expected_line(expected, cores, (first_baseline, interventions), done, auto is not None)}; timed "
+              f"here in {format_duration(time.perf_counter() - t0)}: {describe_costs(costs)}", flush=True)
         if busy(costs) > BUSY:
-            quiet = sum((sweep_seconds(baseline, idle(costs), cores), sweep_seconds(interventions, idle(costs), cores),
-                         REST_S))
+            quiet = sum((sweep_seconds(first_baseline, idle(costs), cores, done=done),
+                         sweep_seconds(interventions, idle(costs), cores, done=done), REST_S))
             print(f"(the machine is busy: the timed steps took {busy(costs):.1f}× their own CPU time; "
-                  f"with the cores to itself the demo would take ≈ {minutes(quiet)})", flush=True)
+                  f"with the cores to itself {'the work left' if done else 'the demo'} would take ≈ "
+                  f"{minutes(quiet)})", flush=True)
         if preset == "quick":
             print("(--quick is a pipeline check: its runs end inside the initial collapse, far too short to "
                   "show the paper's effects; `make demo` shows them)", flush=True)
         measured: dict[str, float] = {}
-        print(f"\n== 1/4 baseline sweep ({preset} preset) · {_elapsed(t0)} ==", flush=True)
+        seeds_text = f"seeds auto, up to {auto.max_seeds}" if auto is not None else None
+
+        def settings(name: str) -> SweepSettings:
+            return SweepSettings(name, trial, pack=pack, dry_run=args.dry_run, plugins=plugins, trackers=trackers,
+                                 tracker_dir=args.tracker_dir, name_given=False, progress_tables=args.progress_tables)
+
+        print(f"\n== 1/4 baseline sweep ({preset} preset{', ' + seeds_text if auto else ''}) · {_elapsed(t0)} ==",
+              flush=True)
         t = time.perf_counter()
-        errored = exit_status(run_sweep(baseline, SweepSettings(
-            f"baseline-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins, trackers=trackers,
-            tracker_dir=args.tracker_dir, name_given=False, progress_tables=args.progress_tables)))
-        measured["baseline"] = time.perf_counter() - t
-        seeds_text = (f"seeds auto, up to {auto.max_seeds}" if auto is not None
-                      else f"{len(interventions.seeds)} seeds")
-        print(f"\n== 2/4 interventions ({preset} preset, {seeds_text}) · {_elapsed(t0)} ==", flush=True)
-        t = time.perf_counter()
-        if auto is not None:
-            errored |= exit_status(run_auto(grid, SweepSettings(
-                f"interventions-{preset}-auto", trial, pack=pack, dry_run=args.dry_run, plugins=plugins,
-                trackers=trackers, tracker_dir=args.tracker_dir, name_given=False,
-                progress_tables=args.progress_tables), auto))
+        if auto is not None:  # one family with the interventions' claims (SPEC §8)
+            first, _ = joint_experiments(baseline, grid, auto, names)
+            errored = exit_status(run_auto(baseline, settings(names[0]), auto, exp=first, new_design=NEW_DESIGN))
         else:
-            errored |= exit_status(run_sweep(interventions, SweepSettings(
-                f"interventions-{preset}", trial, pack=pack, dry_run=args.dry_run, plugins=plugins,
-                trackers=trackers, tracker_dir=args.tracker_dir, name_given=False, progress_tables=args.progress_tables)))
+            errored = exit_status(run_sweep(baseline, settings(f"baseline-{preset}")))
+        measured["baseline"] = time.perf_counter() - t
+        print(f"\n== 2/4 interventions ({preset} preset, {seeds_text or f'{len(interventions.seeds)} seeds'}) · "
+              f"{_elapsed(t0)} ==", flush=True)
+        t = time.perf_counter()
+        if auto is not None:  # from the baseline's decisions and its claims' looks
+            record = None if args.dry_run else read_record(Store(absolute_uri(args.store)), names[0])
+            _, second = joint_experiments(baseline, grid, auto, names, first_record=record)
+            errored |= exit_status(run_auto(grid, settings(names[1]), auto, exp=second, new_design=NEW_DESIGN))
+        else:
+            errored |= exit_status(run_sweep(interventions, settings(f"interventions-{preset}")))
         measured["interventions"] = time.perf_counter() - t
         if args.dry_run:
             print("\n== 3/4 checkpoint extension and 4/4 report: not run (dry run) ==")
@@ -193,7 +219,8 @@ def _main(args: argparse.Namespace) -> int:
     measured["rest"] = time.perf_counter() - t
     total = time.perf_counter() - t0
     print(f"\n{'quick demo' if preset == 'quick' else 'demo' if preset == 'demo' else 'paper-depths demo'} "
-          f"finished in {format_duration(total)} on {cores} cores (expected ≈ {minutes(sum(expected.values()))}):")
+          f"finished in {format_duration(total)} on {cores} cores ({'work left' if done else 'expected'} ≈ "
+          f"{minutes(sum(expected.values()))}{', first rounds' if auto else ''}):")
     for part in ("baseline", "interventions", "rest"):
         label = {"rest": "series, extension, report"}.get(part, f"{part} sweep")
         print(f"  {label:<26} expected {format_duration(expected[part]):>12}  measured "
@@ -201,6 +228,24 @@ def _main(args: argparse.Namespace) -> int:
     if errored:
         print("a sweep ended with a run in error (its lines above): the demo exits 1", flush=True)
     return errored
+
+
+def _epochs_done(store: str, presets, checkpoint_every: int) -> dict[str, int]:
+    """What a demo run again need not train (``sweep.estimate.epochs_done``; no store yet: nothing)."""
+    from sweep.estimate import epochs_done
+    from sweep.ray_env import absolute_uri
+    from sweep.store import Store, StoreError
+
+    try:
+        s = Store(absolute_uri(store))
+        if not s.exists():
+            return {}
+        frames = [s.read("epochs", sweep=sweep, columns=["run_id", "epoch"]) for sweep in ("baseline", "interventions")]
+    except (StoreError, OSError):
+        return {}
+    import pandas as pd
+
+    return epochs_done(pd.concat(frames, ignore_index=True), presets, checkpoint_every)
 
 
 def _elapsed(t0: float) -> str:

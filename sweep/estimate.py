@@ -5,7 +5,8 @@ No Ray here (it runs before Ray starts, so Ray's processes do not compete with t
 optimiser steps on one torch thread (after one warm-up step) and one epoch's probe +
 validation; ``sweep_seconds(preset, costs, cores)`` replays Tune's first-in, first-out
 placement of the grid's trials onto ``cores`` one-CPU slots and divides by the share of the
-machine a sweep turns into training (``SWEEP_EFFICIENCY``, measured; LOG.md).
+machine a sweep turns into training (``SWEEP_EFFICIENCY``, measured; LOG.md). A resumed demo
+counts only the work left: ``epochs_done`` reads what the store already holds.
 
 Every timing goes through a ``clock`` (``time.perf_counter`` by default) and a ``cpu_clock``
 (``time.process_time``), so a test can drive the whole estimate with fake ones. The two differ
@@ -96,22 +97,64 @@ def measure(presets: Iterable[Preset], corpus, steps: int = 3, clock: Clock | No
     return costs
 
 
-def trial_seconds(preset: Preset, depth: int, costs: dict[int, ShapeCost]) -> float:
-    """One trial of ``depth`` on one core: its epochs' steps and probes, epoch 0's probe, its start."""
+def trial_seconds(preset: Preset, depth: int, costs: dict[int, ShapeCost], done: int = 0) -> float:
+    """One trial of ``depth`` on one core: its epochs' steps and probes, epoch 0's probe, its start;
+    ``done`` epochs already trained (a resumed trial starts from that checkpoint: its epochs left and
+    its start; none when it finished)."""
     c, t = costs[depth], preset.train
     if t.steps_per_epoch is None:
         raise ValueError(f"preset {preset.name!r}: steps_per_epoch None (a pass over the corpus) is not estimated")
-    return t.epochs * (t.steps_per_epoch * c.step_s + c.epoch_s) + c.epoch_s + TRIAL_START_S
+    if done >= t.epochs:
+        return 0.0
+    return (t.epochs - done) * (t.steps_per_epoch * c.step_s + c.epoch_s) + (0.0 if done else c.epoch_s) \
+        + TRIAL_START_S
 
 
 def sweep_seconds(preset: Preset, costs: dict[int, ShapeCost], cores: int, cpus_per_trial: float = 1.0,
-                  efficiency: float = SWEEP_EFFICIENCY) -> float:
-    """Wall seconds of the preset's sweep: its trials, in grid order, each to the first free slot."""
+                  efficiency: float = SWEEP_EFFICIENCY, done: dict[str, int] | None = None) -> float:
+    """Wall seconds of the preset's sweep: its trials, in grid order, each to the first free slot;
+    ``done``: epochs already trained by run id (``epochs_done``), so that a resumed sweep's estimate
+    is of the work left."""
+    done = done or {}
     slots = max(1, math.floor(cores / cpus_per_trial))
     free = [0.0] * slots
     for cell in preset.cells():
-        heapq.heappush(free, heapq.heappop(free) + trial_seconds(preset, cell.depth, costs))
+        heapq.heappush(free, heapq.heappop(free) + trial_seconds(preset, cell.depth, costs, done.get(cell.run_id, 0)))
     return max(free) / efficiency
+
+
+def epochs_done(epochs, presets: Iterable[Preset], checkpoint_every: int) -> dict[str, int]:
+    """Epochs of each run of ``presets`` a resumed sweep need not train again, from the store's
+    ``epochs`` table (run_id, epoch; a DataFrame): a finished run's all, a cut one's up to its last
+    checkpoint (a multiple of ``checkpoint_every`` at or below its last stored epoch: it restarts
+    there)."""
+    if epochs is None or len(epochs) == 0:
+        return {}
+    last = epochs.groupby("run_id")["epoch"].max()
+    out = {}
+    for p in presets:
+        for cell in p.cells():
+            e = int(last.get(cell.run_id, 0))
+            out[cell.run_id] = e if e >= p.train.epochs else e - e % max(1, checkpoint_every)
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def expected_line(expected: dict[str, float], cores: int, presets: Iterable[Preset], done: dict[str, int],
+                  rounds: bool = False) -> str:
+    """``expected ≈ 12 min on 2 cores (baseline ≈ 5 min, interventions ≈ 6 min)``, or on a run again
+    ``work left ≈ 6 min on 2 cores (20 of 48 runs already trained, 3 started; baseline ≈ …)``:
+    ``expected`` by part (``sweep_seconds`` with ``done``), ``presets`` the sweeps estimated,
+    ``rounds``: only ``--seeds auto``'s first rounds are."""
+    cells = [(c, p.train.epochs) for p in presets for c in p.cells()]
+    finished = sum(1 for c, e in cells if done.get(c.run_id, 0) >= e)
+    started = sum(1 for c, e in cells if 0 < done.get(c.run_id, 0) < e)
+    total = minutes(sum(expected.values()))
+    parts = [f"{k} ≈ {minutes(v)}" for k, v in expected.items() if k != "rest"]
+    head = f"expected ≈ {total} on {cores} cores ("
+    if finished or started:
+        head = (f"work left ≈ {total} on {cores} cores ({finished} of {len(cells)} runs already trained"
+                + (f", {started} started" if started else "") + "; ")
+    return head + ("first rounds: " if rounds else "") + ", ".join(parts) + ")"
 
 
 def minutes(seconds: float) -> str:
@@ -141,5 +184,5 @@ def describe_costs(costs: dict[int, ShapeCost]) -> str:
 #: ``busy`` above this: the timing says so and gives the idle machine's estimate too.
 BUSY = 1.3
 
-__all__ = ["BUSY", "SWEEP_EFFICIENCY", "ShapeCost", "busy", "describe_costs", "idle", "measure", "minutes",
-           "sweep_seconds", "time_per_call", "trial_seconds"]
+__all__ = ["BUSY", "SWEEP_EFFICIENCY", "ShapeCost", "busy", "describe_costs", "epochs_done", "expected_line", "idle",
+           "measure", "minutes", "sweep_seconds", "time_per_call", "trial_seconds"]

@@ -1,5 +1,7 @@
 """The sweep's progress on the console: by default one line per report (trials by status,
-elapsed and remaining time); ``--progress-tables`` brings back Tune's full status table above it.
+elapsed and remaining time); ``--progress-tables`` brings back Tune's full status table above it;
+Tune's warning about trials that never started (no result file to read) is kept off it
+(``quiet_never_started``).
 
 The estimate counts epochs: every trial of a sweep has the same schedule, so
 ``done / total`` epochs over the elapsed time gives the rate. Epoch 0 (the
@@ -8,9 +10,13 @@ probe at initialisation) costs almost nothing and is not counted.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from ray import tune
+
+#: Where Tune warns about trials whose metrics it cannot read (``ExperimentAnalysis``).
+ANALYSIS_LOGGER = "ray.tune.analysis.experiment_analysis"
 
 
 def format_duration(seconds: float) -> str:
@@ -76,3 +82,35 @@ class EtaReporter(tune.CLIReporter):
             self._at_start = epochs
         eta = eta_line(epochs, self._epochs_total, time.monotonic() - self._t0, self._at_start)
         self._print(eta if self._tables else progress_line([t.status for t in trials], eta))
+
+
+class NeverStartedFilter(logging.Filter):
+    """Tune's "Failed to fetch metrics for N trial(s)" warning, less the trials that have no result
+    file at all (``FileNotFoundError('Could not fetch metrics for …')``: trials that never started,
+    e.g. those a stopped or resumed experiment never ran); dropped when no other failure is left.
+    Every other failure, and every other message, passes unchanged."""
+
+    HEAD = "Failed to fetch metrics for "
+
+    @staticmethod
+    def never_started(line: str) -> bool:
+        return "FileNotFoundError(" in line and "Could not fetch metrics for " in line
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self.HEAD):
+            return True
+        failures = message.split("\n")[1:]
+        kept = [line for line in failures if not self.never_started(line)]
+        if not kept:
+            return False
+        if len(kept) < len(failures):
+            record.msg, record.args = f"{self.HEAD}{len(kept)} trial(s):\n" + "\n".join(kept), ()
+        return True
+
+
+def quiet_never_started() -> None:
+    """Install ``NeverStartedFilter`` on Tune's analysis logger (once)."""
+    logger = logging.getLogger(ANALYSIS_LOGGER)
+    if not any(isinstance(f, NeverStartedFilter) for f in logger.filters):
+        logger.addFilter(NeverStartedFilter())

@@ -57,8 +57,9 @@ def _reporter(preset: Preset, n_trials: int, packed: bool, tables: bool = False)
     if preset.strengths:
         names.append("strengths")
     cell = {f"spec/cell/{n}": n for n in names}
-    from sweep.progress import EtaReporter
+    from sweep.progress import EtaReporter, quiet_never_started
 
+    quiet_never_started()  # Tune lists trials that never started as failures to fetch metrics
     return EtaReporter(
         epochs_per_trial=preset.train.epochs, n_trials=n_trials, tables=tables,
         parameter_columns=cell, max_column_length=24,

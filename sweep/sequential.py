@@ -1,20 +1,22 @@
-"""``--seeds auto``: an intervention sweep in rounds until each claim is decided (SPEC §8).
+"""``--seeds auto``: a sweep in rounds until each claim is decided (SPEC §8); the intervention sweep
+(paired and dose–response claims) and the baseline sweep (the scorecard's baseline claims).
 
 The statistics are ``analysis.sequential``'s, the rounds' plan and looks ``sweep.sequential_state``'s,
-the record ``sweep.sequential_record``'s, the printed lines ``sweep.sequential_text``'s (all
-without Ray) and the flags ``sweep.auto_flags``' (what a parser imports); this module checks the
-stored design and runs the rounds. Each round
+the baseline's family ``sweep.sequential_baseline``'s, the record ``sweep.sequential_record``'s, the
+printed lines ``sweep.sequential_text``'s (all without Ray) and the flags ``sweep.auto_flags``'
+(what a parser imports); this module checks the stored design and runs the rounds. Each round
 trains, through the ordinary ``run_sweep``, the runs its plan lacks into the same store and the
 same Tune experiment folder: each round starts its own experiment state there
 (``SweepSettings.extend``), and a round killed midway is restored like any sweep.
 
 The experiment's record, ``<store>/sequential/<experiment>.json``, is written before round 1
 with the design (max seeds, α, looks, the family of claims, the procedure, the seed sequence,
-the schedule); a rerun whose design differs is refused (exit 2) before anything starts. It is
-rewritten after each round that trained (each round's runs, the runs lost and why, the claims so
-far) and at the end (``written_at``: the report uses the newest record per claim). The decisions
-are recomputed from the store and that record, so a rerun walks the same rounds, trains nothing
-the store holds and reaches the same decisions.
+the schedule, the joint experiment); a rerun whose design differs, and an experiment that would
+decide another experiment's claims on the same seeds, are refused (exit 2) before anything starts.
+It is rewritten after each round that trained (each round's runs, the runs lost and why, the
+claims so far) and at the end (``written_at``: the report uses the newest record per claim). The
+decisions are recomputed from the store and that record, so a rerun walks the same rounds, trains
+nothing the store holds and reaches the same decisions.
 """
 
 from __future__ import annotations
@@ -35,15 +37,22 @@ from sweep.auto_flags import AutoSeeds
 from sweep.cli import UsageError
 from sweep.presets import Cell, Preset
 from sweep.sequential_record import (
+    NEW_NAME,
     check_design,
+    check_overlap,
     claim_rows,
+    joint_claims,
     new_record,
     put_record,
     read_record,
+    read_records,
     record_uri,
 )
 from sweep.sequential_state import (
     Experiment,
+    Joint,
+    JointClaim,
+    Outcomes,
     State,
     evaluate,
     family,
@@ -54,12 +63,38 @@ from sweep.sequential_state import (
 from sweep.sequential_text import describe_round, fixed_runs, look_line, plan_lines, summary
 
 
-def make_experiment(preset: Preset, auto: AutoSeeds) -> Experiment:
-    """The design, the seed sequence (skipping ``preset.schedule_seeds``) and the family of claims."""
-    claims = family(preset)
-    design = make_design(auto.max_seeds, auto.alpha, max(1, len(claims)))
+def own_family(preset: Preset):
+    """The claims an experiment of ``preset`` decides (its sweep's kind)."""
+    if preset.sweep == "baseline":
+        from sweep.sequential_baseline import baseline_family
+
+        return baseline_family(preset)
+    return family(preset)
+
+
+def make_experiment(preset: Preset, auto: AutoSeeds, joint: Joint | None = None, claims=None) -> Experiment:
+    """The design, the seed sequence (skipping ``preset.schedule_seeds``) and the family of claims
+    (``joint``: with the other experiment's, one family)."""
+    claims = own_family(preset) if claims is None else claims
+    m = len(claims) + (len(joint.claims) if joint else 0)
+    design = make_design(auto.max_seeds, auto.alpha, max(1, m))
     seeds = seed_sequence(preset.seeds, auto.max_seeds + lost_limit(auto.max_seeds), preset.schedule_seeds)
-    return Experiment(preset, design, seeds, claims)
+    return Experiment(preset, design, seeds, tuple(claims), joint)
+
+
+def joint_experiments(baseline: Preset, interventions: Preset, auto: AutoSeeds, names: tuple[str, str],
+                      first_record: dict | None = None) -> tuple[Experiment, Experiment]:
+    """``sweep.demo --seeds auto``: the baseline's and the interventions' experiments as one family
+    (SPEC §8). The baseline runs first with the intervention claims open and without data; the
+    interventions start from the baseline's finished record (``first_record``; None: the plan only)."""
+    b_claims, i_claims = own_family(baseline), own_family(interventions)
+    first = make_experiment(baseline, auto, Joint(names[1], tuple(JointClaim(c.row()) for c in i_claims), True),
+                            b_claims)
+    if first_record is None:
+        partner = tuple(JointClaim(c.row()) for c in b_claims)
+    else:
+        partner = joint_claims(first_record)
+    return first, make_experiment(interventions, auto, Joint(names[0], partner, False), i_claims)
 
 
 # --- the store -------------------------------------------------------------------------------------
@@ -80,6 +115,24 @@ def final_outcomes(store, preset: Preset) -> dict[str, dict[str, float]]:
     means = rows.groupby("run_id")[list(INTERVENTION_LAYER_METRICS)].mean()
     return {rid: {m: float(v) for m, v in r.items()} for rid, r in means.iterrows()
             if np.isfinite(r.to_numpy(float)).all()}
+
+
+def read_outcomes(store, exp: Experiment) -> Outcomes:
+    """What a look reads: the complete runs, and for a baseline family its claims on a set of seeds."""
+    if exp.preset.sweep != "baseline":
+        return Outcomes(final_outcomes(store, exp.preset))
+    from sweep.sequential_baseline import claims_at_factory, final_baseline
+    from sweep.store import StoreError
+
+    try:
+        layers = store.read("layers", sweep="baseline")
+        epochs = store.read("epochs", sweep="baseline")
+    except StoreError:
+        return Outcomes({})
+    if layers.empty:
+        return Outcomes({})
+    layers, epochs = layers[layers["preset"] == exp.preset.name], epochs[epochs["preset"] == exp.preset.name]
+    return Outcomes(final_baseline(layers, epochs, exp.preset), claims_at_factory(layers, epochs, exp.preset))
 
 
 def why_lost(store, preset: Preset, run_ids: list[str]) -> dict[str, str]:
@@ -126,14 +179,17 @@ def round_preset(preset: Preset, cells: list[Cell]) -> RoundPreset:
 # --- the rounds ----------------------------------------------------------------------------------
 
 
-def run_auto(preset: Preset, settings, auto: AutoSeeds) -> pd.DataFrame:
-    """Run the rounds (``settings``: the sweep's ``SweepSettings``); returns one row per claim,
-    ``attrs["errored"]`` when a run ended in error or a claim ran out of replacements (exit 1)."""
+def run_auto(preset: Preset, settings, auto: AutoSeeds, exp: Experiment | None = None,
+             new_design: str = NEW_NAME) -> pd.DataFrame:
+    """Run the rounds (``settings``: the sweep's ``SweepSettings``; ``exp``: the experiment, by
+    default ``make_experiment(preset, auto)``); returns one row per claim, ``attrs["errored"]`` when a
+    run ended in error or a claim ran out of replacements (exit 1). ``new_design``: what a refused
+    rerun is told to do."""
     from sweep.ray_env import absolute_uri
     from sweep.store import Store, StoreError
 
     name = settings.name
-    exp = make_experiment(preset, auto)
+    exp = exp or make_experiment(preset, auto)
     fixed = fixed_same_power(exp.design)
     say = lambda line: print(f"[{name}] {line}", flush=True)  # noqa: E731
     store_uri = absolute_uri(settings.trial.store)
@@ -141,12 +197,20 @@ def run_auto(preset: Preset, settings, auto: AutoSeeds) -> pd.DataFrame:
     where = record_uri(store_uri, name)
     try:
         record = read_record(store, name)
+        others = read_records(store)
     except (StoreError, OSError, ValueError) as exc:
         if not settings.dry_run:
             raise StoreError(f"--seeds auto: cannot read the experiment's record {where}: {exc}") from None
-        record = None
+        record, others = None, {}
         say(f"(the record {where} could not be read: the real command checks its design)")
-    check_design(record, exp, name, where)
+    check_design(record, exp, name, where, new_design)
+    if record is None:  # a new experiment (an existing one passed this check when it began)
+        check_overlap(others, exp, name, where.rsplit("/", 1)[0])
+    if exp.joint and not exp.joint.later and not settings.dry_run:
+        first = others.get(exp.joint.experiment)
+        if first is None or not first.get("finished"):
+            raise UsageError(f"--seeds auto: experiment {name} decides one family with experiment "
+                             f"{exp.joint.experiment}, which has not finished in this store: run it first")
     for line in plan_lines(exp, fixed):
         say(line)
     for cond in dict.fromkeys(c.condition for c in exp.once_cells() if c.condition != CONTROL):
@@ -171,7 +235,7 @@ def run_auto(preset: Preset, settings, auto: AutoSeeds) -> pd.DataFrame:
 
         if ray.is_initialized() and _STARTED.pop(name, False):
             ray.shutdown()
-    rows = claim_rows(exp, state, finished=True)
+    rows = claim_rows(exp, state, finished=True, name=name)
     errored = summary(exp, state, record, used, fixed, say)
     final = {**record, "finished": True, "claims": rows, "run_epochs_used": used * exp.preset.train.epochs,
              "fixed": {"effect": fixed.effect, "level": fixed.level, "power": fixed.power, "seeds": fixed.seeds,
@@ -205,9 +269,9 @@ def _rounds(exp: Experiment, settings, store, record: dict, say) -> tuple[State,
     round_ = 0
     while True:
         round_ += 1
-        outcomes = final_outcomes(store, exp.preset)
+        outcomes = read_outcomes(store, exp)
         before = {r for r, v in lost.items() if v["round"] < round_}
-        walks, todo = plan(state, round_, set(outcomes), before)
+        walks, todo = plan(state, round_, outcomes.complete, before)
         todo = [c for c in todo if c.run_id not in lost]
         if not walks and not (round_ == 1 and todo):
             break
@@ -216,16 +280,16 @@ def _rounds(exp: Experiment, settings, store, record: dict, say) -> tuple[State,
             planned = {"round": round_, "target": exp.target(round_), "runs": [c.run_id for c in todo]}
             record["rounds"].append(planned)
             if todo:
-                put_record(store, name, {**record, "claims": claim_rows(exp, state, finished=False)})
+                put_record(store, name, {**record, "claims": claim_rows(exp, state, False, name)})
         by_id = {c.run_id: c for c in todo} | {c.run_id: c for u, w in walks.items() for s in w.counted
-                                               for c in (exp.cell(u, s), exp.control(u, s))}
+                                               for c in exp.runs(u, s)}
         runs = [by_id.get(r) or catalog.get(r) or _unknown(r) for r in planned["runs"]]
         runs += [c for c in todo if c.run_id not in set(planned["runs"])]
         every = {c.run_id for u, w in walks.items() for s in w.counted if s not in state.units[u].pairs
-                 for c in (exp.cell(u, s), exp.control(u, s))}
+                 for c in exp.runs(u, s)}
         every |= {c.run_id for c in runs} | ({c.run_id for c in exp.once_cells()} if round_ == 1 else set())
         used |= every
-        left = [c for c in runs if c.run_id not in outcomes and c.run_id not in lost]
+        left = [c for c in runs if c.run_id not in outcomes.complete and c.run_id not in lost]
         head = f"round {round_} (look {min(round_, design.n_looks)} of {design.n_looks}, {exp.target(round_)} seeds)"
         if left:
             say(f"{head}: {describe_round(exp, state, walks, round_ == 1)}: {len(every)} runs ({len(left)} to train)")
@@ -233,24 +297,30 @@ def _rounds(exp: Experiment, settings, store, record: dict, say) -> tuple[State,
                 _STARTED[name] = init_ray(settings.address, settings.num_cpus, settings.num_gpus)
             train = runs if _newest_state(settings) == {c.run_id for c in runs} else left
             run_sweep(round_preset(exp.preset, train), dataclasses.replace(settings, extend=True, resume=False))
-            outcomes = final_outcomes(store, exp.preset)
-            failed = [c.run_id for c in runs if c.run_id not in outcomes and c.run_id not in lost]
+            outcomes = read_outcomes(store, exp)
+            failed = [c.run_id for c in runs if c.run_id not in outcomes.complete and c.run_id not in lost]
             for rid, why in why_lost(store, exp.preset, failed).items():
                 lost[rid] = {"reason": why, "round": round_}
         else:
             say(f"{head}: all {len(every)} runs already in the store")
         now = {r for r, v in lost.items() if v["round"] <= round_}
+        joint_before = [s.level for s in state.joint]
         newly = evaluate(state, round_, walks, outcomes, now)
         say(f"look after round {round_}:")
         shown = set(walks) | {exp.claims[i].unit for i in newly}
         for unit in exp.units:
             if unit in shown:
                 say("  " + look_line(exp, state, unit, round_))
-        r = sum(1 for s in state.claims if s.level)
-        if r < len(exp.claims):
-            say(f"  {r} of {len(exp.claims)} claims decided; an open claim is now tested at α/{len(exp.claims) - r}")
+        handed = [(c, s) for c, s, b in zip(exp.joint.claims if exp.joint else (), state.joint, joint_before,
+                                            strict=True) if s.level and not b]
+        if handed:
+            say(f"  {len(handed)} claims of experiment {exp.joint.experiment} decided by the α handed on: "
+                + ", ".join(f"{c.row.get('id')} {s.outcome}" for c, s in handed))
+        r, m = state.decided(), exp.family_size
+        if r < m:
+            say(f"  {r} of {m} claims decided; an open claim is now tested at α/{m - r}")
         if left:
-            put_record(store, name, {**record, "claims": claim_rows(exp, state, finished=False)})
+            put_record(store, name, {**record, "claims": claim_rows(exp, state, False, name)})
     return state, len(used)
 
 

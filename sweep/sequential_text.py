@@ -9,6 +9,7 @@ from interventions import CONTROL
 from sweep.sequential_state import (
     EXTRA_SEED_BASE,
     Experiment,
+    PairUnit,
     State,
     Unit,
     seed_sequence,
@@ -18,7 +19,7 @@ from sweep.sequential_state import (
 
 def _round_cells(exp: Experiment, seeds: tuple[int, ...], first: bool) -> set[str]:
     """Run ids of every unit and its ``none`` runs at ``seeds`` (and the runs with nothing to decide)."""
-    ids = {c.run_id for u in exp.units for s in seeds for c in (exp.cell(u, s), exp.control(u, s))}
+    ids = {c.run_id for u in exp.units for s in seeds for c in exp.runs(u, s)}
     return ids | ({c.run_id for c in exp.once_cells()} if first else set())
 
 
@@ -36,10 +37,16 @@ def seeds_of(exp: Experiment, n: int) -> tuple[int, ...]:
 def plan_lines(exp: Experiment, fixed: FixedComparison) -> list[str]:
     """The design, the seeds, the worst case without losses and the fixed design of the same power."""
     d = exp.design
-    lines = [f"sequential design: {len(exp.claims)} claims, family-wise error ≤ {d.alpha:g} over all of them and "
+    size = f"{len(exp.claims)} claims"
+    if exp.joint:
+        size += (f" and the {len(exp.joint.claims)} of experiment {exp.joint.experiment} "
+                 f"({'after' if exp.joint.later else 'before'} this one): one family of {exp.family_size}")
+    lines = [f"sequential design: {size}, family-wise error ≤ {d.alpha:g} over all of them and "
              f"all looks (two-sided group-sequential t-tests, Lan–DeMets Pocock-type spending; Holm-type: an open "
              f"claim is tested at α/(m − r), r = claims decided), at most {d.max_seeds} seeds a claim",
              *d.describe(),
+             *_against_lines(exp),
+             *_joint_lines(exp),
              f"seeds in order: {', '.join(map(str, exp.seeds[:d.max_seeds]))} (the preset's but those that chose "
              f"its schedule, then {EXTRA_SEED_BASE}, {EXTRA_SEED_BASE + 1}, …); a lost seed is replaced by the next "
              f"({', '.join(map(str, exp.seeds[d.max_seeds:]))}); a claim that loses more than {exp.lost_limit} stops"]
@@ -54,6 +61,27 @@ def plan_lines(exp: Experiment, fixed: FixedComparison) -> list[str]:
     lines += [f"worst case without losses: {len(seen)} runs = {len(seen) * epochs} run-epochs",
               f"the fixed design of the same power: {fixed.describe()}: {runs} runs = {runs * epochs} run-epochs"]
     return lines
+
+
+def _against_lines(exp: Experiment) -> list[str]:
+    """The claims on two statistics (the alignment gaps) and their one-sided boundaries."""
+    two = [c.id or c.metric for c in exp.claims if c.against]
+    if not two:
+        return []
+    m, up = exp.family_size, exp.design.upper
+    return [f"{', '.join(two)}: on two statistics (x − the larger and x − the smaller reference), each side a "
+            f"one-sided test at α/(2j): at the last look t ≥ {up[m - 1][-1]:.2f} at α/{m} … {up[0][-1]:.2f} at α"]
+
+
+def _joint_lines(exp: Experiment) -> list[str]:
+    """Where the other experiment of the family left it: its decisions start this one at α/(m − r)."""
+    if not exp.joint or exp.joint.later:
+        return []
+    r = sum(1 for c in exp.joint.claims if c.level)
+    m = exp.family_size
+    return [f"experiment {exp.joint.experiment} decided {r} of its {len(exp.joint.claims)} claims: this experiment's "
+            f"claims start at α/{m - r} (= {exp.design.alpha / (m - r):.4g}), and each decision here can decide its "
+            "undecided ones by the α it hands on"]
 
 
 def look_line(exp: Experiment, state: State, unit: Unit, round_: int) -> str:
@@ -82,14 +110,15 @@ def describe_round(exp: Experiment, state: State, walks: dict, first: bool) -> s
     for u, w in walks.items():
         new = tuple(s for s in w.counted if s not in state.units[u].pairs)
         if new:
-            groups.setdefault(new, []).append(unit_label(u) if len(exp.preset.inits) * len(exp.preset.depths) > 1
-                                              or u[1] else u[0])
+            short = isinstance(u, PairUnit) and len(exp.preset.inits) * len(exp.preset.depths) == 1 and not u[1]
+            groups.setdefault(new, []).append(u[0] if short else unit_label(u))
     once = [c for c in dict.fromkeys(x.condition for x in exp.once_cells()) if c != CONTROL] if first else []
     first_seeds = tuple(exp.seeds[:FIRST_LOOK])
     if once:
         groups.setdefault(first_seeds, []).extend(once)
+    tail = "" if exp.preset.sweep == "baseline" else " and none"
     return "; ".join(f"seed{'s' if len(k) > 1 else ''} {', '.join(map(str, k))} for {', '.join(v)}"
-                     for k, v in groups.items()) + " and none"
+                     for k, v in groups.items()) + tail
 
 
 def summary(exp: Experiment, state: State, record: dict, used: int, fixed: FixedComparison, say) -> bool:

@@ -147,7 +147,7 @@ def test_post_collapse_column_on_the_slope_and_bridge_rows(null_store, null_rows
 
 def test_a_claim_decided_by_seeds_auto_takes_that_decision_and_leaves_the_family(null_store, null_rows) -> None:
     tb, plain = null_store, null_rows
-    record = {("freeze_k", "qk_erank"): {"outcome": "as predicted", "text": "as predicted, decided at 3 seeds "
+    record = {"interventions.freeze_k.qk_erank": {"outcome": "as predicted", "text": "as predicted, decided at 3 seeds "
                                          "(look 1 of 4)", "experiment": "interventions-demo-auto"}}
     rows = _rows(tb, sequential=record)
     row = rows["interventions.freeze_k.qk_erank"]

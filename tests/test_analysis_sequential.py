@@ -20,11 +20,14 @@ from analysis.sequential import (
     fixed_power,
     holm_update,
     look_schedule,
+    look_stat,
     make_design,
     naive_design,
     pocock_spending,
     run_family,
+    run_timeline,
     t_stats,
+    zero_spread_t,
 )
 from analysis.sequential_power import family_differences
 
@@ -109,8 +112,10 @@ def test_holm_recycles_alpha_within_a_look_and_uses_earlier_looks():
 def test_t_stats_edge_cases():
     looks = (3, 5)
     t = t_stats(np.array([[0.2, 0.2, 0.2, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, np.nan, 2.0, 1.0]]), looks)
-    assert t[0, 0] == np.inf and np.isnan(t[0, 1])  # constant non-zero; look 2 not reached
-    assert np.isnan(t[1, 0]) and np.isnan(t[2, 0])  # all zero; a missing value
+    # constant non-zero: the sign-flip floor 2 · 2⁻³ = 0.25 as a t, not ∞; look 2 not reached
+    assert t[0, 0] == pytest.approx(zero_spread_t(3)) and 2 * stats.t.sf(t[0, 0], 2) == pytest.approx(0.25)
+    assert np.isnan(t[0, 1])
+    assert t[1, 0] == 0.0 and np.isnan(t[2, 0])  # all zero: t = 0 (p = 1); a missing value
     x = np.array([0.3, -0.1, 0.5, 0.2, 0.4])
     assert t_stats(x, looks)[1] == pytest.approx(stats.ttest_1samp(x, 0.0).statistic)
 
@@ -206,3 +211,35 @@ def test_design_rejects_bad_arguments():
             make_design(bad)
     with pytest.raises(ValueError):
         holm_update(np.zeros((2, 1)), make_design(10, ALPHA, 3), np.zeros(2, int))
+
+
+def test_zero_spread_looks_take_the_sign_flip_floor_not_p_0():
+    """A look whose differences have no spread stands for p = 2 · 2⁻ⁿ (``analysis.inference.t_test``'s
+    rule): a constant Δ is not decided at 3 seeds (0.25), and is at 10 (0.002 ≤ the last look's 0.016)."""
+    d = make_design(10, ALPHA, 1)
+    x = np.full((2, 1, 10), 0.1)
+    x[1] += np.arange(10) * 1e-18  # rounding, not spread
+    out = run_family(x, d)
+    assert out.round.tolist() == [[3], [3]] and out.sign.tolist() == [[1.0], [1.0]]
+    stat = look_stat(np.full(3, 0.1))
+    assert stat.p == 0.25 and stat.zero_spread and stat.sd == 0.0
+    assert look_stat(np.zeros(4)).p == 1.0 and look_stat(np.full(4, 0.3), c=0.3).t == 0.0
+    assert look_stat(np.array([1e9, 1e9 + 1.0, 1e9 + 2.0] * 16), c=0.0).p > 0.0  # underflow floored, never 0
+
+
+def test_one_family_over_two_experiments_run_one_after_the_other():
+    """``sweep.demo --seeds auto``: 15 baseline claims (3 on two statistics: x − the larger and x − the
+    smaller of two references) decided first, then 10 intervention claims sharing a control, one
+    Holm-type family of 25 (``run_timeline``): family-wise error ≤ α under the global null; two
+    experiments each at α exceed it."""
+    from bench.sequential_error import JOINT, joint_chunk
+
+    d = make_design(10, ALPHA, sum(JOINT))
+    out = joint_chunk(np.random.default_rng(38), EXPERIMENTS, d, (0.0, 0.0, 0), 0.0)
+    joint, separate = float(out["joint"].any(-1).mean()), float(out["separate"].any(-1).mean())
+    print(f"one family of 25 over two experiments: family-wise error {joint:.4f}; each at α: {separate:.4f}")
+    assert joint <= ALPHA + 2 * mc_error(ALPHA, EXPERIMENTS)
+    assert separate > ALPHA + 3 * mc_error(ALPHA, EXPERIMENTS)
+    timeline = [np.array([[0, 3, 0]]), np.array([[2, 3, 0]]), np.array([[2, 3, 1]])]  # the third claim comes last
+    level, event = run_timeline(timeline, 3)
+    assert level.tolist() == [[2, 3, 1]] and event.tolist() == [[1, 0, 2]]

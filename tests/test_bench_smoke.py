@@ -308,6 +308,10 @@ def test_sequential_error_tiny(capsys) -> None:
     assert [row["law"] for row in r["null"]][:3] == ["normal", "t, 3 df", "skewed 0.71"]
     assert r["alone"]["family_wise"] > 0.2 > r["null"][0]["family_wise"]  # the design before has no family control
     assert r["planted"][0]["power"] > 0.9 and r["fixed_same_power"]["seeds"] == 9
+    null = r["joint"]["rows"][0]
+    assert null["case"] == "null" and null["separate"] > null["joint"]  # one family, not two at α each
+    paper = {(row["claim"], row["family"]): row for row in r["paper"]["rows"]}
+    assert paper[("alignment.gap.L8", 15)]["power"] > 0.9 and len(r["paper"]["fixed"]) == 4
     assert "RATIO " in capsys.readouterr().out
 
 

@@ -102,3 +102,19 @@ def test_tf32_either_way_leaves_every_older_reader_working(fp32_precision, order
         with full_precision("cpu"):
             pass
         assert read_all() == want, f"set_tf32({enabled}), then a probe"
+
+
+def test_compile_under_the_portable_kernels_emits_scalar_cpp(monkeypatch) -> None:
+    """With ATEN_CPU_CAPABILITY=default, inductor's C++ vectorized for this CPU does not compile (torch
+    2.13: "'at::vec' has not been declared"); compile_model asks it for scalar code then, and only then."""
+    import torch._inductor.config as inductor
+
+    from model.recipe import compile_model
+
+    monkeypatch.setattr(inductor.cpp, "simdlen", None)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    compile_model(torch.nn.Linear(2, 2))
+    assert inductor.cpp.simdlen is None
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    compile_model(torch.nn.Linear(2, 2))
+    assert inductor.cpp.simdlen == 1

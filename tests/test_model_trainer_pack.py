@@ -31,7 +31,11 @@ TIMING = ("wall_s", "tokens_per_s")
 EPOCHS, STEPS = 2, 10  # 20 steps
 #: (init, weight seed, batch seed): three inits, two seeds mixed
 MEMBERS = (("independent_xavier", 1, 3), ("qk_identical", 2, 4), ("disjoint_support_xavier", 1, 3))
-TOL = {torch.float64: (1e-9, 1e-12), torch.float32: (1e-4, 1e-6)}  # (relative, absolute floor for weights)
+# (relative, absolute floor for weights). The float64 floor: k_proj's bias has no gradient in exact
+# arithmetic (softmax ignores a shift of every key's score), so its value is AdamW's rounding noise,
+# lr · noise / eps ≈ 1e-12 a step: it differs between a pack and a run by that much on PyTorch's
+# portable kernels (ATEN_CPU_CAPABILITY=default), 1e-6 of the other weights' scale below any real change.
+TOL = {torch.float64: (1e-9, 1e-10), torch.float32: (1e-4, 1e-6)}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

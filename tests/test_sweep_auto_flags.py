@@ -53,4 +53,5 @@ def test_help_names_the_bounds(capsys):
     with pytest.raises(SystemExit):
         parse("--help")
     out = " ".join(capsys.readouterr().out.split())  # whatever the terminal width wrapped
-    assert "--seeds auto (docs/seeds.md)" in out and "3 (the first round) to 50" in out
+    assert "--seeds auto: seeds in rounds until each claim is decided (docs/seeds.md)" in out
+    assert "3 (the first round) to 50" in out

@@ -107,3 +107,29 @@ def test_a_busy_machine_is_said_and_the_idle_estimate_scaled():
     assert quiet[1] == ShapeCost(pytest.approx(0.01), pytest.approx(0.2), 0.01)
     assert busy(quiet) == pytest.approx(1.0)
     assert busy({1: ShapeCost(0.01, 0.2)}) == 1.0  # no CPU time measured: taken as idle
+
+
+def test_a_demo_run_again_estimates_the_work_left_not_the_whole_demo():
+    """Half the baseline already in the store, one run cut at epoch 7 (checkpoints every 5: it
+    restarts at 5): the estimate is of the runs and epochs left, and says so."""
+    import pandas as pd
+
+    from sweep.estimate import epochs_done, expected_line
+
+    b = replace(BASELINE_PRESETS["demo"], train=replace(BASELINE_PRESETS["demo"].train, epochs=10,
+                                                          steps_per_epoch=100))
+    costs = {d: ShapeCost(step_s=0.01 * d, epoch_s=0.5) for d in b.depths}
+    cells = b.cells()
+    rows = [{"run_id": c.run_id, "epoch": e} for c in cells[::2] for e in range(11)]
+    rows += [{"run_id": cells[1].run_id, "epoch": e} for e in range(8)]
+    done = epochs_done(pd.DataFrame(rows), [b], checkpoint_every=5)
+    assert len(done) == len(cells[::2]) + 1 and done[cells[1].run_id] == 5
+    left = sum(trial_seconds(b, c.depth, costs) for c in cells[3::2])  # the untouched ones
+    left += 5 * (100 * costs[cells[1].depth].step_s + 0.5) + TRIAL_START_S  # the cut one, from epoch 5
+    assert sweep_seconds(b, costs, cores=1, efficiency=1.0, done=done) == pytest.approx(left)
+    assert sweep_seconds(b, costs, cores=1, efficiency=1.0) > 1.8 * left  # what the old estimate said
+    line = expected_line({"baseline": left, "rest": 45.0}, 2, [b], done)
+    assert line == f"work left ≈ {minutes(left + 45)} on 2 cores (27 of 54 runs already trained, 1 started; " \
+                   f"baseline ≈ {minutes(left)})"
+    assert expected_line({"baseline": left}, 2, [b], {}, rounds=True).startswith(
+        f"expected ≈ {minutes(left)} on 2 cores (first rounds: baseline ≈ ")

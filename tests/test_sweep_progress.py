@@ -67,3 +67,42 @@ def test_progress_tables_flag_reaches_the_settings():
 
     for flags, want in (([], False), (["--progress-tables"], True)):
         assert settings_from_args(baseline.parse(flags), "x").progress_tables is want
+
+
+def test_tunes_warning_about_trials_that_never_started_is_kept_off_the_console(caplog):
+    """Tune's own warning (``ExperimentAnalysis._fetch_trial_dataframes``) for a trial without result
+    files is dropped; another failure in the same warning stays, and so does every other message."""
+    import logging
+
+    from ray.tune.analysis.experiment_analysis import ExperimentAnalysis
+
+    from sweep.progress import ANALYSIS_LOGGER, quiet_never_started
+
+    class Stub:
+        def __init__(self, trials, errors):
+            self.trials, self.errors = trials, errors
+
+        def _fetch_trial_dataframe(self, trial):
+            raise self.errors[trial.trial_id]
+
+    class Trial:
+        def __init__(self, trial_id):
+            self.trial_id = trial_id
+
+        def __str__(self):
+            return f"train_cell_{self.trial_id}"
+
+    missing = FileNotFoundError("Could not fetch metrics for train_cell_a: both result.json and progress.csv were "
+                                "not found at /tmp/x")
+    quiet_never_started()
+    quiet_never_started()  # once
+    assert sum(type(f).__name__ == "NeverStartedFilter" for f in logging.getLogger(ANALYSIS_LOGGER).filters) == 1
+    with caplog.at_level(logging.WARNING, logger=ANALYSIS_LOGGER):
+        ExperimentAnalysis._fetch_trial_dataframes(Stub([Trial("a")], {"a": missing}))
+        assert not caplog.records
+        ExperimentAnalysis._fetch_trial_dataframes(Stub([Trial("a"), Trial("b")],
+                                                        {"a": missing, "b": ValueError("bad json")}))
+        (record,) = caplog.records
+        assert record.getMessage() == "Failed to fetch metrics for 1 trial(s):\n- train_cell_b: ValueError('bad json')"
+        logging.getLogger(ANALYSIS_LOGGER).warning("something else")
+        assert caplog.records[-1].getMessage() == "something else"

@@ -67,8 +67,8 @@ def test_scorecard_and_report_say_where_each_claim_was_decided(tmp_path, capsys)
     assert "--seeds auto" not in under("freeze_k: qk_erank ↑")
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Seeds until decided (`--seeds auto`)" in md
-    assert ("| freeze_q | default | attn_entropy | + | as predicted, decided at 3 seeds (look 1 of 4) | 7, 37, 42 | – |"
-            in md)
+    assert ("| `interventions.freeze_q.attn_entropy` | + | as predicted, decided at 3 seeds (look 1 of 4) | 0.001 | "
+            "7, 37, 42 | – |" in md)
     assert "| 7, 42, 105, 210, 1000 | 37 |" in md
     assert "Run-epochs used: 480 against 900 for the fixed design of the same power (9 seeds" in md
     assert "10 claims, family-wise error ≤ 0.05 over all of them and all looks" in md
@@ -80,11 +80,11 @@ def test_the_newest_record_wins_not_the_last_by_path():
     newer["claims"][0].update(outcome="against the prediction", text="against the prediction, decided at 3 seeds")
     # "interventions-paper-auto" sorts after "a-newer" by path: the old rule would take it
     got = decisions([newer, RECORD], "paper")
-    assert got[("freeze_q", "attn_entropy")]["experiment"] == "a-newer"
-    assert got[("freeze_q", "attn_entropy")]["outcome"] == "against the prediction"
-    assert got[("freeze_k", "logit_std")]["experiment"] == "a-newer"
+    assert got["interventions.freeze_q.attn_entropy"]["experiment"] == "a-newer"
+    assert got["interventions.freeze_q.attn_entropy"]["outcome"] == "against the prediction"
+    assert got["interventions.freeze_k.logit_std"]["experiment"] == "a-newer"
     assert decisions([RECORD, newer], "paper") == got  # the order given does not matter
-    claim = got[("freeze_k", "logit_std")]
+    claim = got["interventions.freeze_k.logit_std"]
     assert set(FIELDS) <= set(claim)
     assert (claim["n"], claim["seeds"], claim["lost"], claim["family_size"], claim["alpha"]) == \
         (5, [7, 42, 105, 210, 1000], [37], 10, 0.05)
@@ -99,8 +99,8 @@ def test_a_running_record_fills_only_what_no_finished_record_decides():
     for c in running["claims"]:
         c["open"] = True
     got = decisions([RECORD, running], "paper")
-    assert got[("freeze_q", "attn_entropy")]["experiment"] == "interventions-paper-auto"
-    assert got[("freeze_k", "qk_erank")]["experiment"] == "running" and got[("freeze_k", "qk_erank")]["open"]
+    assert got["interventions.freeze_q.attn_entropy"]["experiment"] == "interventions-paper-auto"
+    assert got["interventions.freeze_k.qk_erank"]["experiment"] == "running" and got["interventions.freeze_k.qk_erank"]["open"]
 
 
 def test_records_before_the_family_wise_design_are_not_used():
@@ -114,7 +114,7 @@ def test_strength_cells_and_other_inits_are_not_the_default_claim():
     other = {**rec["claims"][0], "init": "qk_identical", "text": "other init"}
     swept = {**rec["claims"][0], "strengths": '{"lam": 0.2}', "text": "swept"}
     rec["claims"] = [other, swept, rec["claims"][0]]
-    assert decisions([rec], "paper")[("freeze_q", "attn_entropy")]["init"] == "independent_xavier"
+    assert decisions([rec], "paper")["interventions.freeze_q.attn_entropy"]["init"] == "independent_xavier"
 
 
 def test_no_record_no_section(tmp_path):

@@ -51,13 +51,18 @@ def test_bad_input_is_one_line_and_exit_2_before_ray(argv, words, tmp_path, caps
     assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
 
 
-def test_baseline_refuses_seeds_auto(tmp_path, capsys, no_ray):
+def test_baseline_checks_its_auto_flags_before_ray(tmp_path, capsys, no_ray):
     from sweep import baseline
 
-    with pytest.raises(SystemExit) as exit_:
-        baseline.main(["--preset", "smoke", "--seeds", "auto", "--store", str(tmp_path / "s")])
-    assert exit_.value.code == 2
-    assert "this sweep has none" in capsys.readouterr().err
+    for argv, words in ((["--seeds", "auto", "--max-seeds", "2"], "--max-seeds must be a whole number from 3"),
+                        (["--seeds", "auto", "--seed-list", "1,2,3"], "--seeds auto picks its own seeds"),
+                        (["--seeds", "2", "--alpha", "0.1"], "--alpha 0.1 is read only with --seeds auto")):
+        with pytest.raises(SystemExit) as exit_:
+            baseline.main(["--preset", "smoke", *argv, "--store", str(tmp_path / "s")])
+        assert exit_.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("python -m sweep.baseline: error: ") and words in line, line
+    assert not (tmp_path / "s").exists()
 
 
 def test_dry_run_prints_the_design_the_seeds_and_the_fixed_design_of_the_same_power(capsys, no_ray, tmp_path):
@@ -83,14 +88,24 @@ def test_dry_run_with_strengths_plans_every_strength_cell(capsys, no_ray, tmp_pa
                         "none,forced_k_contraction", "--strengths", "forced_k_contraction.lam=0,0.05,0.2",
                         "--dry-run", "--store", str(tmp_path / "s")])
     out = capsys.readouterr().out
-    # two deciding strength cells + none per seed (3 + 2 seeds), the cell of zeros at the first 3 only
-    assert "sequential design: 6 claims" in out
-    assert "worst case without losses: 18 runs" in out
+    # two deciding strength cells (3 claims each) and the dose–response in lam (3 claims, its seed's
+    # slope over all three cells): every cell, the cell of zeros too, + none at each of 3 + 2 seeds
+    assert "sequential design: 9 claims" in out
+    assert "worst case without losses: 20 runs" in out
+    assert "nothing to decide" not in out
 
 
 #: planted standardised paired effects (in units of the seed spread), per condition: each
 #: predicted metric moves by sign × effect; freeze_q's is nil (stays undecided)
 EFFECTS = {"forced_k_contraction": 40.0, "k_spectrum_clamp": 40.0, "freeze_k": 3.0, "freeze_q": 0.0}
+
+
+def _dose(cell) -> float:
+    """The planted effect's multiplier of a run: its lam relative to the default (forced_k_contraction),
+    1 for every other condition's run."""
+    if cell.condition != "forced_k_contraction":
+        return 1.0
+    return dict(cell.strengths).get("lam", 0.05) / 0.05
 
 
 def _fake_run_sweep(trained: list, fail=lambda cell: None, name: str = "auto", record_dir: Path | None = None):
@@ -115,10 +130,9 @@ def _fake_run_sweep(trained: list, fail=lambda cell: None, name: str = "auto", r
             noise = np.random.default_rng(c.seed).normal(0, 1, 4)  # shared by the seed: the pairing matters
             pred = vocab.predicted(c.condition)
             row = {**c.identity(), "epoch": preset.train.epochs, "layer": 0}
-            row.pop("strengths", None)
             for i, m in enumerate(METRICS):
                 own = rng.normal(0, 0.3) if c.condition != "none" else 0.0
-                row[m] = 1.0 + noise[i] + own + pred.get(m, 0) * effect * 0.3
+                row[m] = 1.0 + noise[i] + own + pred.get(m, 0) * effect * 0.3 * _dose(c)
             store.write_layers([row])
         return None
 
@@ -204,8 +218,28 @@ def test_a_rerun_with_another_design_is_refused_in_one_line(tmp_path, capsys, fa
         assert words in line and line.endswith("add --name NEW"), line
     with pytest.raises(SystemExit):  # the dry run checks it too
         interventions.main(_argv(tmp_path, "--max-seeds", "8", "--dry-run"))
+
+
+def test_another_experiment_on_the_same_claims_and_seeds_is_refused(tmp_path, capsys, fake):
+    """A rerun of undecided claims under another --name would reuse the same seed sequence under a
+    second design (10 seeds, then 20: a false decision 0.067 of the time, not 0.05)."""
+    trained = fake()
+    interventions.main(_argv(tmp_path, "--max-seeds", "5", "--conditions", "none,freeze_q,freeze_k"))
+    capsys.readouterr()
+    trained.clear()
+    fake(name="again")
+    for extra in (["--max-seeds", "10"], ["--max-seeds", "10", "--conditions", "none,freeze_q", "--dry-run"]):
+        with pytest.raises(SystemExit) as exit_:
+            interventions.main(_argv(tmp_path, *extra, name="again"))
+        assert exit_.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert "experiment again would decide" in line and "interventions.freeze_" in line, line
+        assert "that experiment auto (" in line and "continue it with --name auto" in line, line
+    assert trained == [] and not (tmp_path / "store" / "sequential" / "again.json").exists()
+    # claims no other experiment decides (another condition) share the seeds but not the claims: fine
     fake(name="other")
-    interventions.main(_argv(tmp_path, "--max-seeds", "8", name="other"))  # a new experiment is fine
+    interventions.main(_argv(tmp_path, "--max-seeds", "5", "--conditions", "none,forced_k_contraction",
+                             name="other"))
 
 
 def test_a_record_without_a_design_is_refused(tmp_path, capsys, fake):
@@ -270,8 +304,13 @@ def test_strength_cells_have_their_own_claims_but_zero_strength_has_none():
     preset = replace(DEMO, conditions=("none", "forced_k_contraction"),
                      strengths=(("forced_k_contraction", "lam", (0.0, 0.05, 0.2)),))
     claims = family(preset)
-    assert sorted({c.unit[1] for c in claims}) == [(), (("lam", 0.2),)]  # the default cell is ()
-    assert {c.metric for c in claims} == {"attn_entropy", "logit_std", "qk_erank"} and len(claims) == 6
+    paired = [c for c in claims if c.kind == "paired"]
+    assert sorted({c.unit[1] for c in paired}) == [(), (("lam", 0.2),)]  # the default cell is ()
+    assert {c.metric for c in paired} == {"attn_entropy", "logit_std", "qk_erank"} and len(paired) == 6
+    # the scorecard's rows: the default cell's paired claims and the dose–response of the sweep
+    assert sorted(c.id for c in claims if c.id) == sorted(
+        [f"interventions.forced_k_contraction.{m}" for m in ("attn_entropy", "logit_std", "qk_erank")]
+        + [f"dose_response.forced_k_contraction.{m}" for m in ("attn_entropy", "logit_std", "qk_erank")])
 
 
 def test_resume_without_an_experiment_is_refused(tmp_path, capsys, no_ray):
@@ -291,3 +330,50 @@ def test_demo_checks_its_auto_flags_before_anything(capsys, no_ray):
             demo.main(argv)
         assert exit_.value.code == 2
         assert words in capsys.readouterr().err
+
+
+def test_a_strength_sweep_decides_its_dose_response_in_the_family_and_the_record_has_what_an_interval_needs(
+        tmp_path, capsys, fake):
+    """The dose–response rows of an auto strength sweep are decided by the sequential design (each
+    seed's OLS slope of Δ on strength, the scorecard's statistic), not by a fixed-n test; every claim
+    stores its look's estimate, sd, n and boundary, and mean ± boundary · sd / √n excludes 0 exactly
+    when it was decided."""
+    from analysis.compute import compute_all
+    from analysis.sequential import look_stat
+    from sweep.report.sequential import decisions, interval, load_records
+
+    trained = fake()
+    frame = interventions.main(_argv(tmp_path, "--max-seeds", "5", "--conditions", "none,forced_k_contraction,freeze_q",
+                                     "--strengths", "forced_k_contraction.lam=0,0.05,0.2"))
+    capsys.readouterr()
+    dose = frame[frame["kind"] == "dose"]
+    assert sorted(dose["id"]) == [f"dose_response.forced_k_contraction.{m}" for m in ("attn_entropy", "logit_std",
+                                                                                       "qk_erank")]
+    assert (dose["outcome"] == "as predicted").all() and (dose["n"] == 3).all()
+    # the cell of zeros is one of the dose–response's points: trained at every seed the unit used
+    assert {s for c, s in trained[0] if c == "forced_k_contraction"} == {11, 12, 13}
+    store = Store(str(tmp_path / "store"))
+    an = compute_all({"layers": store.read("layers"), "epochs": store.read("epochs")}, preset="demo")
+    (cond,) = an.results["dose_response"].conditions
+    for m in cond.metrics:  # the per-seed statistic is the reducer's: the same slopes
+        row = dose[dose["metric"] == m.metric].iloc[0]
+        assert row["mean"] == pytest.approx(np.mean(m.seed_slopes), rel=1e-9)
+        assert row["path"][0]["t"] == pytest.approx(look_stat(np.array(m.seed_slopes)).t, rel=1e-9)
+    got = decisions(load_records(str(tmp_path / "store")), "demo")
+    assert set(dose["id"]) | {"interventions.freeze_q.attn_entropy"} <= set(got)
+    for cid, c in got.items():
+        lo, hi = interval(c)
+        assert 0 < c["p"] <= 1 and c["boundary"] > 0 and c["n"] == len(c["seeds"]) >= 3, cid
+        half = c["boundary"] * c["sd"] / np.sqrt(c["n"])
+        assert (lo, hi) == (pytest.approx(c["mean"] - half), pytest.approx(c["mean"] + half)), cid
+        assert (lo > 0 or hi < 0) == (c["outcome"] != "undecided"), cid
+        assert c["level"] == pytest.approx(0.05 / (c["level_j"] or 1)) and c["level"] == c["alpha_level"], cid
+    assert got["interventions.freeze_q.attn_entropy"]["outcome"] == "undecided"
+    from analysis.scorecard import build_scorecard
+
+    # the scorecard takes them by claim id, with their intervals
+    rows = {r.id: r for r in build_scorecard(an, "demo", False, sequential=got)}
+    for cid in dose["id"]:
+        r = rows[cid]
+        assert r.test == "--seeds auto" and r.verdict == "direction reproduced" and r.p_adj is None, cid
+        assert (r.ci_adj_low, r.ci_adj_high) == (got[cid]["ci_adj_low"], got[cid]["ci_adj_high"]), cid

@@ -114,3 +114,58 @@ def test_runs_with_nothing_to_decide_take_the_first_looks_seeds_even_past_the_pr
     once = exp.once_cells()
     assert sorted((c.condition, c.seed) for c in once) == sorted(
         (c, s) for c in ("none", "qk_align_reg") for s in (11, 12, 1000))
+
+
+def test_a_difference_without_spread_is_not_decided_at_three_seeds_and_its_p_is_never_0():
+    """Δ = 0.1 in every seed (up to float rounding): the fixed path's sign-flip floor 2 · 2⁻ⁿ applies
+    at each look (0.25 at 3 seeds), not |t| = ∞ and p = 0; it is decided at the first look where the
+    floor is at or below the look's nominal level (10 seeds: 2 · 2⁻¹⁰ ≤ 0.016 at α = 0.05)."""
+    exp = make_experiment(replace(DEMO, conditions=("none", "freeze_q")), AutoSeeds(10, 0.05))
+    none = _values({})
+
+    def values(cell):
+        base = none(replace(cell, condition="none"))
+        return {m: v + (0.1 if cell.condition == "freeze_q" else 0.0) for m, v in base.items()}
+
+    state, trained, _, _ = _drive(exp, values, lambda c: False)
+    (q,) = state.claims
+    assert [s.p for s in q.stats] == pytest.approx([2 * 2.0 ** -n for n in (3, 5, 7, 10)])
+    assert q.level == 1 and q.look == 4 and len(q.seeds) == 10 and q.outcome == "as predicted"
+    assert q.p == pytest.approx(2 * 2.0 ** -10) and len(trained) == 4
+
+
+def test_decisions_of_the_second_experiment_hand_their_alpha_to_the_firsts_undecided_claims():
+    """One family over two experiments (SPEC §8): a claim the first left undecided, whose path crossed
+    the α/1 boundaries but not α/2's, is decided once the second decides its 3 claims (r = 3 of 5);
+    another, still undecided, keeps an interval at the level it ended at."""
+    from scipy import stats as sps
+
+    from analysis.sequential import LookStat
+    from sweep.sequential import make_experiment as make
+    from sweep.sequential_record import claim_rows
+    from sweep.sequential_state import Joint, JointClaim
+
+    iv = replace(DEMO, conditions=("none", "forced_k_contraction"))
+    probe = make(iv, AutoSeeds(10, 0.05), Joint("bl", (JointClaim({}),), False))
+    c1, c2, c3 = probe.design.table[0, 3], probe.design.table[1, 3], probe.design.table[2, 3]
+    t = (c2 + c3) / 2  # crosses at α/2, not at α/3: undecided while r < 3 of m = 5
+    stats = tuple(LookStat(n, 0.1, 0.1, 0.5, 0.6) for n in (3, 5, 7)) + (
+        LookStat(10, t * 0.1 / np.sqrt(10), 0.1, t, float(2 * sps.t.sf(t, 9))),)
+    row = {"id": "alignment.contrast", "kind": "baseline", "metric": "alignment.contrast", "predicted": "+",
+           "against": False, "fisher": False, "seeds": list(range(10)), "experiment": "bl", "outcome": "undecided"}
+    flat = tuple(LookStat(n, 0.01, 0.1, 0.01 * np.sqrt(n) / 0.1, 0.9) for n in (3, 5, 7, 10))
+    other = {**row, "id": "slopes.pr_k", "metric": "slopes.pr_k", "predicted": "-", "p": 0.9}
+    exp = make(iv, AutoSeeds(10, 0.05), Joint("bl", (JointClaim(row, stats), JointClaim(other, flat)), False))
+    assert exp.family_size == 5
+    state, trained, _, _ = _drive(exp, _values({"forced_k_contraction": 40.0}), lambda c: False)
+    assert all(s.level for s in state.claims) and len(trained) == 1  # decided at the first look
+    b, flat_state = state.joint
+    assert b.level == 2 and b.decided_in == "here" and b.outcome == "as predicted" and b.look == 4
+    rows = {r["id"]: r for r in claim_rows(exp, state, True, "iv")}
+    joint_row = rows["alignment.contrast"]
+    assert joint_row["decided_in"] == "iv" and joint_row["experiment"] == "bl" and joint_row["n"] == 10
+    assert "by the α experiment iv's decisions handed on" in joint_row["text"]
+    assert joint_row["ci_adj_low"] > 0 and joint_row["boundary"] == pytest.approx(probe.design.table[1, 3])
+    # still undecided: its interval at the level it ended at (α/1, the last open claim) holds 0
+    assert flat_state.level == 0 and rows["slopes.pr_k"]["boundary"] == pytest.approx(c1)
+    assert rows["slopes.pr_k"]["ci_adj_low"] < 0 < rows["slopes.pr_k"]["ci_adj_high"]

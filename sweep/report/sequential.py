@@ -1,19 +1,23 @@
 """The report's view of ``--seeds auto``: the decision records ``sweep.sequential`` wrote to
-``<store>/sequential/<experiment>.json``, each claim's decision (``decisions``: the newest record
-wins), and a short section (the scorecard writes each claim's note)."""
+``<store>/sequential/<experiment>.json``, each claim's decision keyed by its scorecard claim id
+(``decisions``: the newest record wins), the interval an adjusted row shows (``interval``), and a
+short section (the scorecard writes each claim's note)."""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from analysis.scorecard import SEQUENTIAL_NOTE as NOTE  # how a claim's note names its decision
 from model.qk_init import DEFAULT_INIT
 
 RECORD_DIR = "sequential"  # sweep.sequential_record.RECORD_DIR
-#: The fields every claim of ``decisions`` carries.
-FIELDS = ("condition", "strengths", "init", "depth", "metric", "predicted", "outcome", "look", "n", "seeds", "lost",
-          "p", "text", "experiment", "alpha", "family_size")
+#: The fields every claim of ``decisions`` carries (a record written before they existed: None).
+FIELDS = ("id", "kind", "condition", "strengths", "init", "depth", "metric", "predicted", "outcome", "look", "n",
+          "seeds", "lost", "p", "text", "experiment", "alpha", "family_size", "estimate", "mean", "sd", "boundary",
+          "sided", "alpha_level", "ci_adj_low", "ci_adj_high", "scale", "test", "null", "decided_in", "level",
+          "level_j")
 
 
 def load_records(root: str) -> list[dict[str, Any]]:
@@ -41,27 +45,60 @@ def _designed(rec: dict) -> bool:
     return isinstance(rec.get("design"), dict) and isinstance(rec.get("claims"), list)
 
 
-def decisions(records: list[dict], preset: str | None) -> dict[tuple[str, str], dict[str, Any]]:
-    """(condition, metric) -> the claim at the condition's default strengths of the newest finished
-    record of ``preset`` (by ``written_at``; a record still running is used only for claims no
-    finished one has). One init and depth per claim: ``DEFAULT_INIT``'s when the record has several,
-    else the first. Each dict has at least ``FIELDS`` and ``open`` (the experiment still runs)."""
+def _id(c: dict, rec: dict) -> str | None:
+    """A claim row's scorecard id: stored since record version 3; before, a paired claim at the
+    condition's default strengths was its condition's ``interventions.<condition>.<metric>`` row."""
+    if "id" in c:
+        return c["id"]
+    if c.get("strengths") not in ("{}", None):
+        return None
+    return f"interventions.{c['condition']}.{c['metric']}"
+
+
+def decisions(records: list[dict], preset: str | None) -> dict[str, dict[str, Any]]:
+    """Scorecard claim id (``interventions.<condition>.<metric>``, ``dose_response.<condition>.<metric>``,
+    ``alignment.gap.L4``, …) -> its decision in the newest finished record of ``preset`` (by
+    ``written_at``; a record still running is used only for claims no finished one has). Each dict
+    has every key of ``FIELDS`` (None where a record predates it) and ``open`` (still running);
+    ``level`` is the level α/j the claim's test faced (rejecting, or for a claim not decided the one
+    it ended at), ``level_j`` its j (the record's ``level``).
+
+    What an adjusted interval needs: ``estimate`` (the claim's scale; ``mean`` and ``sd`` on the
+    tested scale, ``scale`` "fisher_z" for correlations) and ``n`` at the deciding look (the last
+    look for a claim not decided), ``boundary`` (the |t| that applied at the claim's rejecting
+    level, or the level it ended at; ``sided`` 1: one-sided, a claim on two statistics) and
+    ``ci_adj_low`` / ``ci_adj_high``: mean ± boundary · sd / √n, on the claim's scale, which excludes
+    the null exactly when the claim was decided (``interval``)."""
     mine = [r for r in records if _designed(r) and (preset is None or r.get("preset") == preset)]
     mine.sort(key=lambda r: (bool(r.get("finished")), str(r.get("written_at") or "")))
-    out: dict[tuple[str, str], dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for rec in mine:  # oldest first: a newer record overwrites
-        ours: dict[tuple[str, str], dict] = {}
+        ours: dict[str, dict] = {}
         for c in rec["claims"]:
-            if c.get("strengths") not in ("{}", None):
+            cid = _id(c, rec)
+            if cid is None:
                 continue
-            key = (c["condition"], c["metric"])
-            if key not in ours or (c.get("init") == DEFAULT_INIT and ours[key].get("init") != DEFAULT_INIT):
-                ours[key] = c
-        for key, c in ours.items():
-            out[key] = {**c, "experiment": rec.get("experiment"), "alpha": rec.get("alpha"),
-                        "family_size": rec["design"].get("family_size"), "written_at": rec.get("written_at"),
-                        "open": bool(c.get("open", not rec.get("finished")))}
+            legacy = "id" not in c  # version 2: one row per (condition, metric) at the default init
+            if not legacy or cid not in ours or (c.get("init") == DEFAULT_INIT and ours[cid].get("init") != DEFAULT_INIT):
+                ours[cid] = c
+        for cid, c in ours.items():
+            j = c.get("level")  # the record's: j of the rejecting level α/j
+            level = c.get("alpha_level") or (rec["alpha"] / j if j and rec.get("alpha") else None)
+            out[cid] = {**dict.fromkeys(FIELDS), **c, "id": cid, "experiment": c.get("experiment") or rec.get("experiment"),
+                        "alpha": rec.get("alpha"), "family_size": rec["design"].get("family_size"),
+                        "written_at": rec.get("written_at"), "open": bool(c.get("open", not rec.get("finished"))),
+                        "level": level, "level_j": j}
     return out
+
+
+def interval(c: dict) -> tuple[float, float] | None:
+    """A decision's adjusted interval (``decisions``): (low, high), ±inf where a bound is unbounded
+    (a look without spread that crossed no boundary: the sign-flip set is the whole line); None
+    without a look (a record before version 3, or a claim no look reached)."""
+    if c.get("boundary") is None:
+        return None
+    lo, hi = c.get("ci_adj_low"), c.get("ci_adj_high")
+    return (-math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))
 
 
 def terminal_note(row: dict) -> str:
@@ -99,12 +136,27 @@ def section_md(records: list[dict], preset: str | None) -> list[str]:
         lines += [f"Experiment `{rec['experiment']}` ({state}, written {rec.get('written_at')}): {d['family_size']} "
                   f"claims, family-wise error ≤ {rec['alpha']:g} over all of them and all looks (group-sequential "
                   f"paired t-tests with Lan–DeMets Pocock-type spending, Holm-type α recycling; SPEC §8), looks at "
-                  f"{', '.join(map(str, looks))} seeds; seeds in order {', '.join(map(str, d['seeds']))}.{cost}", "",
-                  "| condition | strengths | metric | predicted | decision | seeds used | seeds lost |",
-                  "|---|---|---|---|---|---|---|"]
+                  f"{', '.join(map(str, looks))} seeds; seeds in order {', '.join(map(str, d['seeds']))}.{cost}"
+                  + (f" One family with experiment `{d['joint']['experiment']}`: a decision in either hands its α to "
+                     "the open claims of both." if d.get("joint") else ""), "",
+                  "| claim | predicted | decision | p | seeds used | seeds lost |",
+                  "|---|---|---|---|---|---|"]
         for c in rec.get("claims", []):
-            strengths = "default" if c["strengths"] in ("{}", None) else c["strengths"]
-            lines.append(f"| {c['condition']} | {strengths} | {c['metric']} | {c['predicted']} | {c['text']} | "
-                         f"{_seeds(c.get('seeds'))} | {_seeds(c.get('lost'))} |")
+            lines.append(f"| {_label(c, rec)} | {c['predicted']} | {c['text']} | {_p(c.get('p'))} | {_seeds(c.get('seeds'))} "
+                         f"| {_seeds(c.get('lost'))} |")
         lines.append("")
     return lines
+
+
+def _label(c: dict, rec: dict) -> str:
+    """The claim's scorecard id, or its unit and metric when no scorecard row shows it."""
+    cid = _id(c, rec)
+    if cid and (c.get("init") in (None, DEFAULT_INIT) or "id" in c):
+        return f"`{cid}`"
+    strengths = "" if c.get("strengths") in ("{}", None) else f" {c['strengths']}"
+    where = f" ({c['init']}, {c['depth']} layers)" if c.get("depth") is not None else ""
+    return f"{c.get('condition')}{strengths}{where} {c.get('metric')}"
+
+
+def _p(v: float | None) -> str:
+    return "—" if v is None else (f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}")
