@@ -438,8 +438,8 @@ def family_of(r: dict) -> str:
 def summary(rows: list[dict]) -> str:
     """``direction reproduced 12, undecided 9, direction reversed 1, cannot be decided 0, not measured 6
     (family of 22 tested claims, Holm at 5%); sanity checks 3 of 3 hold``, then, per family of its
-    own, ``; checkpoint seeds, a family of its own: direction found: positive 2, undecided 6 (family of
-    8 tested claims, Holm at 5%)``."""
+    own (``other_families``), ``; checkpoint seeds, a family of its own: direction found: positive 2,
+    undecided 6 (family of 8 tested claims, Holm at 5%)``."""
     own = [r for r in rows if family_of(r) == SCORECARD_FAMILY]
     c = counts(own)
     sanity = c[HOLDS] + c[FAILS]
@@ -448,13 +448,19 @@ def summary(rows: list[dict]) -> str:
     text += f" (family of {family} tested claims, Holm at {ALPHA:.0%})"
     if sanity:
         text += f"; sanity checks {c[HOLDS]} of {sanity} hold"
+    return "; ".join([text, *other_families(rows)])
+
+
+def other_families(rows: list[dict]) -> list[str]:
+    """One clause per family other than the scorecard's: its verdict counts and its size."""
+    out = []
     for name in dict.fromkeys(family_of(r) for r in rows if family_of(r) != SCORECARD_FAMILY):
         mine = [r for r in rows if family_of(r) == name]
         found = counts(mine)
         said = ", ".join(f"{v} {found[v]}" for v in (*FOUND, *VERDICTS) if found.get(v))
         tested = sum(r["block"] == "counted" and r["p_adj"] is not None for r in mine)
-        text += f"; {name}, a family of its own: {said} (family of {tested} tested claims, Holm at {ALPHA:.0%})"
-    return text
+        out.append(f"{name}, a family of its own: {said} (family of {tested} tested claims, Holm at {ALPHA:.0%})")
+    return out
 
 
 def num(v: float | None, fmt: str = ".3g") -> str:
@@ -589,7 +595,7 @@ def ordered(rows: list[dict]) -> list[dict]:
 #: The console's widest line (the scorecard is read at a glance in a terminal).
 WIDTH = 160
 #: Column widths of the console table: claim, paper, here [adjusted interval], n, verdict.
-COLUMNS = (40, 14, 40, 10, 20)
+COLUMNS = (40, 14, 40, 10, 25)  # the verdict: "direction found: negative" whole
 HEADER = ("claim", "paper", "here [adjusted interval]", "n", "verdict")
 
 
@@ -623,8 +629,11 @@ def console(rows: list[dict], preset: str | None, notes: list[str] = ()) -> list
     import textwrap
 
     out = [f"reproduction scorecard, preset {preset}:"]
-    counts_, _, rest = summary(rows).partition(" (")
-    for part in (counts_, "(" + rest if rest else ""):  # the counts, then the family and the sanity checks
+    others = other_families(rows)
+    own = summary(rows).removesuffix("; ".join(["", *others]) if others else "")
+    counts_, _, rest = own.partition(" (")
+    # the counts, then the family and the sanity checks, then each family of its own
+    for part in (counts_, "(" + rest if rest else "", *others):
         out += textwrap.wrap(part, WIDTH - 2, initial_indent="  ", subsequent_indent="  ")
     for note in [*notes, *text_notes(rows)]:
         out += textwrap.wrap(note, WIDTH, initial_indent="  note: ", subsequent_indent="        ")

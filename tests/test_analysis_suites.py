@@ -175,3 +175,11 @@ def test_the_report_writes_the_sets_section_and_says_why_a_table_is_absent(store
     assert (tmp_path / "figures" / "figA_sets.png").is_file()
     md = (tmp_path / "report.md").read_text()
     assert "## Appendix A — across seeds (sets of checkpoint series)" in md and "Set planted (seeds vary" in md
+
+
+def test_the_console_gives_the_seeds_family_its_own_line(rows) -> None:
+    lines = sc.console(list(rows.values()), "demo")
+    assert lines[3] == ("  checkpoint seeds, a family of its own: direction found: positive 5, direction found: negative 1, "
+                        "undecided 2 (family of 8 tested claims, Holm at 5%)")
+    row = next(line for line in lines if line.strip().startswith("planted: pr_k slope ≠ 0"))
+    assert row.rstrip().endswith("direction found: negative") and max(map(len, lines)) <= sc.WIDTH
