@@ -162,17 +162,16 @@ def test_rows_of_older_stores_have_no_sets() -> None:
 
 
 def test_the_report_writes_the_sets_section_and_says_why_a_table_is_absent(store, tmp_path) -> None:
-    """A store with sets gets the section (its table, figure and prose); without a weights-only set beside
+    """A store with sets gets the section (its table and prose); without a weights-only set beside
     a data-order-only one, the init-or-data table's own reason is given, not the section's."""
     from analysis.suites import NO_PAIR
     from sweep import report
 
-    s = report.build_report(store, tmp_path, figures=True, preset="demo")
+    s = report.build_report(store, tmp_path, figures=False, preset="demo")  # figA_sets: test_sweep_report_figures
     assert set(s["checkpoint_sets"]["sets"]) == {"planted", "null"}
     assert (tmp_path / "tables" / "appendixA_sets.csv").is_file()
     assert not (tmp_path / "tables" / "appendixA_init_vs_data.csv").exists()
     assert s["missing"]["tables.appendixA_init_vs_data"] == NO_PAIR and "checkpoint_sets" not in s["missing"]
-    assert (tmp_path / "figures" / "figA_sets.png").is_file()
     md = (tmp_path / "report.md").read_text()
     assert "## Appendix A — across seeds (sets of checkpoint series)" in md and "Set planted (seeds vary" in md
 
