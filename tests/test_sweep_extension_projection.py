@@ -40,3 +40,24 @@ def test_the_projection_by_hand(tmp_path) -> None:
                                 "points": [{"params": 10**8, "seconds": 200.0}, {"params": 10**6, "seconds": 2.0}]}))
     assert load_costs(path) == costs.__class__(((10**6, 2.0), (10**8, 200.0)), 16, 128, "m")
     assert load_costs().points[0][0] < load_costs().points[-1][0]  # the committed file reads
+
+
+def test_the_dry_run_projects_for_the_cluster_at_hand(monkeypatch) -> None:
+    """This machine (``--num-cpus``), or the alive nodes of ``--address``'s cluster, read from Ray (a stand-in
+    here: the Ray tests start clusters; this one only reads what ``ray.nodes()`` answers)."""
+    import ray
+
+    from sweep.extension.cli import cluster_nodes, parse_args, settings_from_args
+
+    local = settings_from_args(parse_args(["--num-cpus", "3"]))
+    assert cluster_nodes(local, 5 * 2**30) == ([(3.0, 5 * 2**30)], "this machine")
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(("init", kw["address"])))
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append(("shutdown",)))
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 16.0, "memory": 6.4e10}},
+                                               {"Alive": False, "Resources": {"CPU": 16.0, "memory": 6.4e10}},
+                                               {"Alive": True, "Resources": {"CPU": 8.0}}])
+    remote = settings_from_args(parse_args(["--address", "10.0.0.1:6379"]))
+    assert cluster_nodes(remote, 0) == ([(16.0, 64_000_000_000), (8.0, 0)], "the cluster at 10.0.0.1:6379")
+    assert calls == [("init", "10.0.0.1:6379"), ("shutdown",)]

@@ -210,12 +210,15 @@ def cluster_nodes(settings: ExtensionSettings, memory: int) -> tuple[list[tuple[
     if settings.address:
         import ray
 
-        ray.init(address=settings.address, log_to_driver=False)
+        joined = not ray.is_initialized()
+        if joined:
+            ray.init(address=settings.address, log_to_driver=False)
         try:
             nodes = [(n["Resources"].get("CPU", 0.0), int(n["Resources"].get("memory", 0.0))) for n in ray.nodes()
                      if n["Alive"]]
         finally:
-            ray.shutdown()
+            if joined:
+                ray.shutdown()
         return nodes, f"the cluster at {settings.address}"
     return [(float(settings.num_cpus or os.cpu_count() or 1), memory)], "this machine"
 
