@@ -108,8 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(a pickle can run code: only for repositories you trust)")
     p.add_argument("--force", action="store_true", help="redo revisions already in the store")
     p.add_argument("--dry-run", action="store_true",
-                   help="plan every revision (bytes, probe mode, memory, duplicates, refusals) and stop: "
-                   "no Ray, nothing downloaded or written")
+                   help="plan every revision (bytes, probe mode, memory, duplicates, refusals) and project the "
+                   "run's time on this machine (--num-cpus) or --address's nodes, then stop: no Ray task, nothing "
+                   "downloaded or written")
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--num-cpus", type=int, help="CPUs of a local Ray, >= 1 (default: all)")
     p.add_argument("--num-gpus", type=int, help="GPUs of a local Ray, >= 0 (default: detected)")
