@@ -116,3 +116,28 @@ def test_a_manifest_declares_sets_and_round_trips(tmp_path) -> None:
 def test_a_manifest_set_error_names_the_field(series, message: str) -> None:
     with pytest.raises(ManifestError, match=message):
         parse_manifest({"series": series})
+
+
+def test_a_revision_stored_before_its_set_is_labelled_when_skipped(tmp_path) -> None:
+    """pythia-160m probed alone (the paper's run) and then as seed 0 of polypythias-160m: its stored
+    revisions are skipped, not probed again, and get the set's labels (a series is in one set)."""
+    from dataclasses import replace
+
+    from sweep.extension.revision_probe import Job, checkpoint_rows
+    from sweep.extension.seed_sets import label_sets
+    from sweep.store import Store
+
+    store = Store(str(tmp_path / "store"))
+    alone = [Job("pythia-160m", f"step{k}", "EleutherAI/pythia-160m", None, k, k, k / 2) for k in (0, 1, 2)]
+    layers = [{"layer": i, "pr_q": 2.0, "pr_k": 1.0, "pr_q_minus_pr_k": 1.0, "qk_erank": 1.0, "attn_entropy": 1.0,
+               "attn_top1": 0.5, "attn_erank": 1.0, "logit_std": 1.0} for i in (0, 1)]
+    for job in alone[:2]:
+        store.write_checkpoint(checkpoint_rows(job, layers))
+    store.write_checkpoint(checkpoint_rows(alone[2], None, "RevisionError: gone"))
+    in_set = [replace(j, group="polypythias-160m", seed="0", varies="seed") for j in alone[:2]]
+    assert label_sets(store, in_set) == 2
+    df = store.read("checkpoints")
+    labelled = df[df["revision"].isin(["step0", "step1"])]
+    assert len(labelled) == 4 and (labelled["group"] == "polypythias-160m").all() and (labelled["seed"] == "0").all()
+    assert df.loc[df["revision"] == "step2", "group"].isna().all()  # not in the jobs: untouched
+    assert (labelled["pr_q"] == 2.0).all() and label_sets(store, in_set) == 0

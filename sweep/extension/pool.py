@@ -241,6 +241,7 @@ def run_extension(
     from tqdm.auto import tqdm
 
     from sweep.extension.plan import plan_jobs
+    from sweep.extension.seed_sets import label_sets
 
     used = pool.settings if pool is not None else settings
     text = pool.text if pool is not None else text
@@ -249,6 +250,7 @@ def run_extension(
     record = ProbeRecord.of(used, text)
     check_store(store, record, [(j.series, j.revision) for j in jobs], force)
     done = set() if force else done_revisions(store)
+    label_sets(store, [j for j in jobs if (j.series, j.revision) in done])  # probed before, outside this set
     todo = [j for j in jobs if (j.series, j.revision) not in done]
     results = [JobResult(j.series, j.revision, "skipped") for j in jobs if (j.series, j.revision) in done]
     if not todo:

@@ -210,3 +210,25 @@ def unpaired(manifest: Manifest) -> list[str]:
             out.append(f"[extension] warning: set {group}: its seeds are not at the same revisions ({said}); "
                        f"Appendix A pairs them on the {len(every)} every seed has")
     return out
+
+
+def label_sets(store, jobs) -> int:
+    """Give the stored rows of ``jobs`` (``revision_probe.Job``s in a set) the job's set, seed and
+    ``varies`` where they carry others (a revision probed before, alone or in another selection, and
+    skipped now as already stored): a series belongs to one set, the one the manifest names. Rows
+    of every status are relabelled, nothing else changes; returns the revisions rewritten."""
+    from sweep.store.parquet import safe_name
+
+    wanted = {(j.series, j.revision): (j.group, j.seed, j.varies) for j in jobs if j.group is not None}
+    n = 0
+    for series in sorted({s for s, _ in wanted}):
+        by_rev: dict[str, list[dict]] = {}
+        for row in store.scan("checkpoints", subdir=safe_name(series)).table.to_pylist():
+            if (row["series"], row["revision"]) in wanted:
+                by_rev.setdefault(row["revision"], []).append(row)
+        for revision, rows in by_rev.items():
+            group, seed, varies = wanted[(series, revision)]
+            if any((r.get("group"), r.get("seed"), r.get("varies")) != (group, seed, varies) for r in rows):
+                store.write_checkpoint([{**r, "group": group, "seed": seed, "varies": varies} for r in rows])
+                n += 1
+    return n
