@@ -495,6 +495,11 @@ def checkpoint_claims(an: Analysis) -> list[Claim]:
     return out
 
 
+#: The per-seed statistics of Appendix A across seeds (``analysis.suites``), in a few words.
+SEED_STATISTICS = {"slope_pr_q_minus_pr_k": "pr_q − pr_k slope", "slope_pr_k": "pr_k slope",
+                   "r_pr_k__qk_erank": "r(pr_k, qk_erank)", "r_qk_erank__attn_entropy": "r(qk_erank, attn_entropy)"}
+
+
 def short_label(c: Claim) -> str:
     """The claim in a few words, for the console table and the scorecard figure."""
     parts = c.id.split(".")
@@ -522,10 +527,8 @@ def short_label(c: Claim) -> str:
         return f"{rest[0]}: {rest[1]} {arrow}"
     if head == "dose_response" and len(rest) == 2:
         return f"dose–response {rest[0]}: {rest[1]} {arrow}"
-    if head == "checkpoints" and rest[0] == "seeds" and len(rest) >= 3:
-        from analysis.suites import SHORT  # the per-set rows (analysis.suites imports this module)
-
-        return f"{'.'.join(rest[1:-1])}: {SHORT.get(rest[-1], rest[-1])} ≠ 0"
+    if head == "checkpoints" and rest[0] == "seeds" and len(rest) >= 3:  # analysis.suites' per-set rows
+        return f"{'.'.join(rest[1:-1])}: {SEED_STATISTICS.get(rest[-1], rest[-1])} ≠ 0"
     if head == "checkpoints":
         return {"positive": "checkpoints: pr_q − pr_k slope > 0", "link": "checkpoints: link recurs",
                 "gpt2_burst": "checkpoints: GPT-2 burst"}.get(rest[0], c.id)

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis.claims import Claim, Expect
+from analysis.claims import SEED_STATISTICS, Claim, Expect
 from analysis.inference import fisher_z, holm
 from analysis.primitives import OMIT_NONE, num, pearson, to_jsonable
 from analysis.reference import PAPER_SERIES
@@ -53,9 +53,8 @@ STATISTICS: dict[str, tuple[str, bool]] = {
     "r_pr_k__qk_erank": ("Pearson r of (pr_k, qk_erank) over layers × revisions", True),
     "r_qk_erank__attn_entropy": ("Pearson r of (qk_erank, attn_entropy) over layers × revisions", True),
 }
-#: The statistic in a few words (claim text, tables).
-SHORT = {"slope_pr_q_minus_pr_k": "pr_q − pr_k slope", "slope_pr_k": "pr_k slope",
-         "r_pr_k__qk_erank": "r(pr_k, qk_erank)", "r_qk_erank__attn_entropy": "r(qk_erank, attn_entropy)"}
+#: The statistic in a few words (claim text, tables, the scorecard's short label).
+SHORT = SEED_STATISTICS
 #: The seed label of a set's original series.
 ORIGINAL = "0"
 

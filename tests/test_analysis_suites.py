@@ -53,6 +53,10 @@ def test_a_planted_fall_of_pr_k_in_every_seed_is_decided_and_no_trend_is_not(row
     assert (planted["n"], planted["unit"], planted["expected"], planted["family"]) == (6, "seeds", "≠ 0",
                                                                                        "checkpoint seeds")
     assert planted["check"] is not None and planted["short"] == "planted: pr_q − pr_k slope ≠ 0"
+    from analysis.claims import SEED_STATISTICS
+    from analysis.suites import STATISTICS
+
+    assert list(SEED_STATISTICS) == list(STATISTICS)  # the short labels name the same statistics
     assert "6 seeds (0, 1, 2, 3, 4, 5) varying the seed" in planted["reason"]
     assert "checkpoint seeds, a family of its own" in sc.summary(list(rows.values()))
 
