@@ -1,4 +1,5 @@
-"""SPEC §8 checkpoints (the paper's Appendix A): per-revision means and slopes per series."""
+"""SPEC §8 checkpoints (the paper's Appendix A): per-revision means and slopes per series (the sets
+of seeds are ``analysis.suites``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from analysis import claims
 from analysis.frames import group_slopes
 from analysis.primitives import OMIT_NONE, num, pearson, to_jsonable
 from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
+from analysis.suites import ORIGINAL
 from metrics.columns import CHECKPOINT_SETTINGS
 
 
@@ -28,6 +30,14 @@ class SeriesFit:
     #: (a manifest ``path``; ``repo`` is null); "unknown" in stores without the ``repo`` column
     source: str = "unknown"
     public: bool = False  # every ok revision came from the Hub: the paper's claims are about these
+    group: str | None = field(default=None, metadata=OMIT_NONE)  # its set of seeds (SPEC §7 "Sets")
+    seed: str | None = field(default=None, metadata=OMIT_NONE)  # its seed in that set ("0": the original)
+
+    @property
+    def counted(self) -> bool:
+        """A unit of the count claims: in no set, or its set's original (a set's other seeds are the same
+        model again; their claims are the per-set rows)."""
+        return self.seed is None or self.seed == ORIGINAL
 
 
 @dataclass
@@ -107,7 +117,11 @@ def compute_checkpoints(checkpoints: pd.DataFrame) -> Computed[CheckpointsResult
         repos = sub["repo"].dropna().astype(str).unique() if "repo" in sub else ()
         public = "repo" in sub and bool(sub["repo"].notna().all())
         source = ", ".join(sorted(repos)) if public else "local files" if "repo" in sub else "unknown"
-        series[str(name)] = SeriesFit(n_rev, slope, link, r1["r"], r2["r"], int(len(sub)), source, public)
+        group = seed = None
+        if "group" in sub and sub["group"].notna().any():
+            group, seed = str(sub["group"].dropna().iloc[0]), str(sub["seed"].dropna().iloc[0])
+        series[str(name)] = SeriesFit(n_rev, slope, link, r1["r"], r2["r"], int(len(sub)), source, public, group,
+                                      seed)
     fitted = [s for s in series.values() if s.slope_pr_q_minus_pr_k is not None]
     out = CheckpointsResult(
         series,
@@ -119,7 +133,7 @@ def compute_checkpoints(checkpoints: pd.DataFrame) -> Computed[CheckpointsResult
     if not failed.empty:
         out.failed_revisions = int(failed[["series", "revision"]].drop_duplicates().shape[0])
     dup = checkpoints[checkpoints["status"].astype(str).str.startswith("duplicate_of:")]
-    if not dup.empty:  # same weights as another revision (sweep.integrity): not in the fits
+    if not dup.empty:  # same weights as another revision (sweep.extension.integrity): not in the fits
         dup = dup.drop_duplicates(["series", "revision"])
         out.duplicate_revisions = {f"{r.series}@{r.revision}": r.status.split(":", 1)[1]
                                    for r in dup.itertuples()}

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import vocabulary as vocab
+from analysis.inference import SCORECARD_FAMILY
 from analysis.losses import Arm
 from analysis.reference import PAPER_REFERENCE, PAPER_TEXT, PAPER_VALUE
 from analysis.units import (
@@ -43,7 +44,8 @@ UNCOUPLED = tuple(i for i in PAPER_INITS if not QK_INITS[i].coupled)
 
 @dataclass(frozen=True)
 class Expect:
-    """Expected side: E[statistic] ``>`` / ``<`` ``lo``; or a level ``in`` [lo, hi] (a magnitude row)."""
+    """Expected side: E[statistic] ``>`` / ``<`` ``lo``; ``≠`` ``lo`` (two-sided: no direction predicted,
+    a decision names the one found); or a level ``in`` [lo, hi] (a magnitude row)."""
 
     op: str
     lo: float
@@ -54,14 +56,21 @@ class Expect:
 
     @property
     def sign(self) -> int:
-        """+1 for ``>``, −1 for ``<``, 0 for a range (no direction to test)."""
+        """+1 for ``>``, −1 for ``<``, 0 for ``≠`` and a range (no predicted direction)."""
         return {">": 1, "<": -1}.get(self.op, 0)
+
+    @property
+    def tested(self) -> bool:
+        """Whether a test decides it: every side but a range (``in``: a magnitude row)."""
+        return self.op != "in"
 
     def holds(self, v: float) -> bool:
         if self.op == ">":
             return v > self.lo
         if self.op == "<":
             return v < self.lo
+        if self.op == "≠":
+            return v != self.lo
         return self.lo <= v <= (self.hi if self.hi is not None else np.inf)
 
 
@@ -108,6 +117,9 @@ class Claim:
     ids: tuple | None = None
     #: the arms whose runs the statistic needs (``analysis.losses``): their lost runs are shown
     arms: tuple[Arm, ...] = ()
+    #: the family whose Holm–Tarone procedure adjusts its p (``analysis.inference.SCORECARD_FAMILY``: the
+    #: paper's claims); another family is adjusted apart, at its own α (SPEC §8)
+    family: str = SCORECARD_FAMILY
 
 
 def baseline_arms(inits, depths=None) -> tuple[Arm, ...]:
@@ -443,11 +455,14 @@ def checkpoint_claims(an: Analysis) -> list[Claim]:
     """Appendix A's claims are about the paper's *public* checkpoint series: only series probed from
     the Hugging Face Hub (every ok revision has a ``repo``) count; local checkpoints (the demo's
     tiny series, a ``path`` in the manifest) are reported in the appendix but measure no claim.
-    Each series is one unit with a 0/1 outcome: an exact binomial test against one half."""
+    Each series is one unit with a 0/1 outcome: an exact binomial test against one half. A set of seeds
+    (SPEC §7 "Sets") counts once, by its original series: its other seeds are the same model again, and
+    are tested across seeds by ``analysis.suites``' per-set claims."""
     c = an.results.get("checkpoints")
     fitted = {k: v for k, v in (c.series if c else {}).items() if v.slope_pr_q_minus_pr_k is not None}
-    public = {k: v for k, v in fitted.items() if v.public}
-    local = sorted(set(fitted) - set(public))
+    seeds = sorted(k for k, v in fitted.items() if v.public and not v.counted)
+    public = {k: v for k, v in fitted.items() if v.public and v.counted}
+    local = sorted(k for k, v in fitted.items() if not v.public)
     why = an.missing.get("checkpoints.slopes") or an.missing.get(
         "checkpoints", "no checkpoint series with >= 3 revisions")
     if fitted and not public:
@@ -469,12 +484,20 @@ def checkpoint_claims(an: Analysis) -> list[Claim]:
         note = f"{len(public)} fitted public series; units: series (no seeds)"
         if local:
             note += f"; local series left out: {', '.join(local)}"
+        if seeds:
+            note += (f"; {len(seeds)} further seed(s) of sets left out (a set counts once, by its original; "
+                     "its seeds are tested in the per-set rows)")
         out.append(Claim(cid, "checkpoints", claim, paper, e, y, unit="series", note=note, kind=kind,
                          test="binomial", paper_value=PAPER_VALUE.get(cid)))
     out.append(Claim("checkpoints.gpt2_burst", "checkpoints", "GPT-2 small: early pr_q − pr_k burst that later decays",
                      PAPER_TEXT["checkpoints.gpt2_burst"], Expect(">", 0), unit="series", kind="shape",
                      reason="a shape claim about one named series; SPEC §8 defines no statistic for it"))
     return out
+
+
+#: The per-seed statistics of Appendix A across seeds (``analysis.suites``), in a few words.
+SEED_STATISTICS = {"slope_pr_q_minus_pr_k": "pr_q − pr_k slope", "slope_pr_k": "pr_k slope",
+                   "r_pr_k__qk_erank": "r(pr_k, qk_erank)", "r_qk_erank__attn_entropy": "r(qk_erank, attn_entropy)"}
 
 
 def short_label(c: Claim) -> str:
@@ -504,6 +527,8 @@ def short_label(c: Claim) -> str:
         return f"{rest[0]}: {rest[1]} {arrow}"
     if head == "dose_response" and len(rest) == 2:
         return f"dose–response {rest[0]}: {rest[1]} {arrow}"
+    if head == "checkpoints" and rest[0] == "seeds" and len(rest) >= 3:  # analysis.suites' per-set rows
+        return f"{'.'.join(rest[1:-1])}: {SEED_STATISTICS.get(rest[-1], rest[-1])} ≠ 0"
     if head == "checkpoints":
         return {"positive": "checkpoints: pr_q − pr_k slope > 0", "link": "checkpoints: link recurs",
                 "gpt2_burst": "checkpoints: GPT-2 burst"}.get(rest[0], c.id)

@@ -19,14 +19,15 @@ from analysis.losses import lost_runs
 from analysis.provenance import provenance
 from analysis.section import Analysis, Inputs, Section, Window
 from analysis.slopes import SECTION as SLOPES
+from analysis.suites import SECTION as CHECKPOINT_SETS
 
 __all__ = ["SECTIONS", "Analysis", "compute_all", "register_section", "sections"]
 
 #: The SPEC §8 sections (and §5's dose–response), then every per-layer metric's final means, in report order.
 #: In report order: the paper's §8 sections, the project's own (dose–response, per-layer metrics),
-#: then the paper's Appendix A.
+#: then the paper's Appendix A and its sets of seeds.
 BUILTIN_SECTIONS: tuple[Section, ...] = (ALIGNMENT, SLOPES, CATEGORIES, BRIDGE, INTERVENTIONS, DOSE_RESPONSE,
-                                         LAYER_METRICS, CHECKPOINTS)
+                                         LAYER_METRICS, CHECKPOINTS, CHECKPOINT_SETS)
 #: Their names (the stats.json keys every report has: None, with a reason under ``missing``, without data).
 SECTIONS: tuple[str, ...] = tuple(s.name for s in BUILTIN_SECTIONS)
 

@@ -50,6 +50,16 @@ CANNOT = "cannot be decided"
 NOT_MEASURED = "not measured"
 #: A counted claim's verdicts, in the order the summary counts them.
 VERDICTS = (REPRODUCED, UNDECIDED, REVERSED, CANNOT, NOT_MEASURED)
+#: A decided two-sided claim (expected side ``≠``: no direction predicted) names the side of its null
+#: value c its estimate is on; undecided, cannot and not measured as above.
+FOUND_POSITIVE = "direction found: positive"
+FOUND_NEGATIVE = "direction found: negative"
+FOUND = (FOUND_POSITIVE, FOUND_NEGATIVE)
+#: Every verdict of a decided claim.
+DECIDED = (REPRODUCED, REVERSED, *FOUND)
+#: The scorecard's own family (``Claim.family``): the paper's claims, Holm–Tarone at ``ALPHA``. A claim
+#: of another family is adjusted within that family only, at its own ``ALPHA`` (SPEC §8).
+SCORECARD_FAMILY = "scorecard"
 #: A sanity check's (a direction that follows from the initialisation or a metric's bound).
 HOLDS, FAILS = "sanity: holds", "sanity: fails"
 #: Verdicts of a row that has no direction to test (a level compared with the paper's range).

@@ -56,6 +56,11 @@ PAPER_REFERENCE: dict = {
     "checkpoints": {"positive_series": 1, "n_fitted_series": 6, "link_recurs_series": 4},
 }
 
+#: The checkpoint series the paper's Appendix A probed, by their names in the store (the registry's
+#: default selection, ``sweep.extension.checkpoint_series``: a test checks they agree).
+PAPER_SERIES: tuple[str, ...] = ("gpt2-small", "pythia-70m", "pythia-160m", "pythia-410m", "smollm2-135m",
+                                 "smollm2-360m", "olmo-1b")
+
 
 #: The scorecard's "paper" column, per claim id: the paper's value of the *same quantity* as the
 #: row's own (``Claim.kind``: a level, a difference, a change, a count, a correlation), with the

@@ -43,12 +43,17 @@ from analysis.compute import Analysis, sections
 from analysis.inference import (
     ALPHA,
     CANNOT,
+    DECIDED,
     FAILS,
+    FOUND,
+    FOUND_NEGATIVE,
+    FOUND_POSITIVE,
     HOLDS,
     MAGNITUDE_ONLY,
     NOT_MEASURED,
     REPRODUCED,
     REVERSED,
+    SCORECARD_FAMILY,
     TESTS,
     UNDECIDED,
     VERDICTS,
@@ -73,6 +78,9 @@ LEGEND = (
     f"would decide it at this effect are estimated); **{CANNOT}** = no outcome of this many units could "
     "reach the claim's level (Tarone: it leaves Holm's multiplier, the row says why); "
     f"**{NOT_MEASURED}** = this store lacks what the claim needs (the note says why). "
+    f"A claim that predicts no direction (expected ≠: Appendix A across the seeds of a checkpoint set) "
+    f"reads **{FOUND_POSITIVE}** / **{FOUND_NEGATIVE}** when its two-sided test decides it; such claims "
+    "count in a family of their own, adjusted apart and named in the note and the summary. "
     "The adjusted interval is the one the verdict rests on: it excludes the null exactly when the claim is "
     "decided. Beside each decision, *check* says whether an assumption-light test agrees (the exact "
     "sign-flip test over the same seeds, which needs only symmetry) or the decision rests on normality. "
@@ -90,8 +98,8 @@ METHOD_NOTE = (
     "the claim's null value (correlations on Fisher's z scale; 0/1 series outcomes: exact binomial test and "
     "Clopper–Pearson interval; a claim against the larger of several inits is bracketed: its predicted side "
     "tested against the larger, a reversal against the smaller). p (Holm) is the p-value adjusted over the "
-    f"counted claims (Holm's step-down; Tarone's rule leaves out a claim whose smallest attainable p exceeds "
-    f"its level); a claim is decided when it is ≤ {ALPHA:g}. The adjusted interval is the 1 − α/k interval at "
+    f"counted claims of its family (Holm's step-down; Tarone's rule leaves out a claim whose smallest attainable "
+    f"p exceeds its level); a claim is decided when it is ≤ {ALPHA:g}. The adjusted interval is the 1 − α/k interval at "
     "the claim's Holm step (k: the multiplier its test faced; for a claim not rejected, that of the step "
     "where the procedure stopped): it agrees with the verdict, and is not a simultaneous interval. The t-test "
     "assumes the per-seed statistics are independent and normal; light tails (uniform) and bimodal laws "
@@ -169,6 +177,8 @@ class ScorecardRow:
     paper_spread: str | None
     within_paper_spread: bool | None
     skipped_files: bool  # an unreadable store file belongs to this section's runs
+    #: the family whose Holm–Tarone procedure adjusted p (``SCORECARD_FAMILY``, or a family of its own)
+    family: str = SCORECARD_FAMILY
 
 
 def all_claims(an: Analysis, paper_scale: bool) -> list[Claim]:
@@ -299,9 +309,14 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
     seq = {i: _sequential_for(c, sequential or {}) for i, c in enumerate(claims)}
     seq = {i: d for i, d in seq.items() if d is not None and claims[i].reason is None}
     counted = [i for i, c in enumerate(claims)
-               if not c.sanity and c.expect.sign != 0 and i not in seq and tests[i] is not None]
-    fam = holm_tarone([tests[i].p for i in counted], [tests[i].p_min for i in counted])
-    at = {i: k for k, i in enumerate(counted)}
+               if not c.sanity and c.expect.tested and i not in seq and tests[i] is not None]
+    families: dict[str, list[int]] = {}
+    for i in counted:  # each family adjusted apart, at its own α (SPEC §8)
+        families.setdefault(claims[i].family, []).append(i)
+    at: dict[int, tuple] = {}
+    for members in families.values():
+        result = holm_tarone([tests[i].p for i in members], [tests[i].p_min for i in members])
+        at |= {i: (result, k) for k, i in enumerate(members)}
     lost_frame = an.frames.get("lost_runs")
     rows = []
     for i, c in enumerate(claims):
@@ -310,11 +325,14 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
         reason = c.reason
         if reason is None and value is None:
             reason = "the statistic is undefined on this store (constant or too few values)"
-        block = "sanity" if c.sanity else "magnitude" if c.expect.sign == 0 else "counted"
-        k = at.get(i)
+        block = "sanity" if c.sanity else "magnitude" if not c.expect.tested else "counted"
+        fam, k = at.get(i, (None, None))
         p_adj = fam.p_adj[k] if k is not None else None
         level = fam.level[k] if k is not None else None
         notes = [c.note] if c.note else []
+        if c.family != SCORECARD_FAMILY and block == "counted":
+            notes.append(f"family: {c.family}, adjusted apart from the scorecard's claims "
+                         f"(Holm–Tarone at α {ALPHA:g} over its {len(families.get(c.family, ()))} tested claims)")
         if value is None:
             verdict = NOT_MEASURED
         elif block == "sanity":
@@ -327,6 +345,8 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
         elif k is not None and fam.cannot[k]:
             verdict = CANNOT
             notes.insert(0, _cannot_reason(t, c, level))
+        elif k is not None and fam.rejected[k] and c.expect.sign == 0:  # two-sided: the direction found
+            verdict = FOUND_POSITIVE if value > c.expect.lo else FOUND_NEGATIVE
         elif k is not None and fam.rejected[k]:
             verdict = REPRODUCED if np.sign(value - c.expect.lo) == c.expect.sign else REVERSED
         else:
@@ -343,7 +363,7 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
             adj_lo, adj_hi = adj.ci_low, adj.ci_high
         side = int(np.sign(value - c.expect.lo)) if value is not None else 0
         check = needed = None
-        if verdict in (REPRODUCED, REVERSED) and i not in seq and t.method == "t" and level is not None:
+        if verdict in DECIDED and i not in seq and t.method == "t" and level is not None:
             y_side, null = test_scale(c, side)
             check = assumption_check(y_side, null, level, c.ids)
         if verdict in (UNDECIDED, CANNOT) and t is not None and t.p is not None:
@@ -356,7 +376,7 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
         lost = worst_p = holds = None
         if c.arms and block == "counted" and value is not None:
             lost, affected = arm_losses(lost_frame, c.arms)
-            if affected and verdict in (REPRODUCED, REVERSED) and level is not None:
+            if affected and verdict in DECIDED and level is not None:
                 y_side, null = test_scale(c, side)
                 worst_p, holds = worst_case(y_side, c.ids, affected, null, side, level)
         post = None
@@ -392,7 +412,7 @@ def build_scorecard(an: Analysis, preset: str | None, paper_scale: bool,
             post_value=post.value if post else None, post_ci_low=post.ci_low if post else None,
             post_ci_high=post.ci_high if post else None,
             post_p=post.p if post is not None and c.post_fixed else None,
-            paper_spread=spread, within_paper_spread=within, skipped_files=c.section in touched,
+            paper_spread=spread, within_paper_spread=within, skipped_files=c.section in touched, family=c.family,
         ))
     return rows
 
@@ -407,29 +427,51 @@ def _magnitude(c: Claim, t: UnitTest, within: bool | None) -> str | None:
 
 
 def counts(rows: list[dict]) -> dict[str, int]:
-    """Verdict counts of the counted and magnitude rows, then the sanity checks'."""
+    """Verdict counts of the counted and magnitude rows, then the sanity checks' (the two-sided
+    verdicts only where a row has one)."""
     main = [r for r in rows if r["block"] != "sanity"]
     out = {v: sum(r["verdict"] == v for r in main) for v in VERDICTS}
+    out.update({v: n for v in FOUND if (n := sum(r["verdict"] == v for r in main))})
     sanity = [r for r in rows if r["block"] == "sanity"]
     out.update({v: sum(r["verdict"] == v for r in sanity) for v in (HOLDS, FAILS)})
     return out
 
 
+def family_of(r: dict) -> str:
+    """A row's family (rows written before families: the scorecard's)."""
+    return r.get("family") or SCORECARD_FAMILY
+
+
 def summary(rows: list[dict]) -> str:
     """``direction reproduced 12, undecided 9, direction reversed 1, cannot be decided 0, not measured 6
-    (family of 22 tested claims, Holm at 5%); sanity checks 3 of 3 hold``."""
-    c = counts(rows)
+    (family of 22 tested claims, Holm at 5%); sanity checks 3 of 3 hold``, then, per family of its
+    own (``other_families``), ``; checkpoint seeds, a family of its own: direction found: positive 2,
+    undecided 6 (family of 8 tested claims, Holm at 5%)``."""
+    own = [r for r in rows if family_of(r) == SCORECARD_FAMILY]
+    c = counts(own)
     sanity = c[HOLDS] + c[FAILS]
-    text = ", ".join(f"{v} {c[v]}" for v in VERDICTS)
-    family = sum(r["block"] == "counted" and r["p_adj"] is not None for r in rows)
-    auto = sum(r["block"] == "counted" and r["test"] == "--seeds auto" for r in rows)
+    text = ", ".join(f"{v} {c[v]}" for v in (*VERDICTS, *[v for v in FOUND if v in c]))
+    family = sum(r["block"] == "counted" and r["p_adj"] is not None for r in own)
+    auto = sum(r["block"] == "counted" and r["test"] == "--seeds auto" for r in own)
     parts = [f"family of {family} tested claims, Holm at {ALPHA:.0%}"] if family or not auto else []
     if auto:
         parts.append(f"{auto} claims decided by --seeds auto, in its own family")
     text += f" ({'; '.join(parts)})"
     if sanity:
         text += f"; sanity checks {c[HOLDS]} of {sanity} hold"
-    return text
+    return "; ".join([text, *other_families(rows)])
+
+
+def other_families(rows: list[dict]) -> list[str]:
+    """One clause per family other than the scorecard's: its verdict counts and its size."""
+    out = []
+    for name in dict.fromkeys(family_of(r) for r in rows if family_of(r) != SCORECARD_FAMILY):
+        mine = [r for r in rows if family_of(r) == name]
+        found = counts(mine)
+        said = ", ".join(f"{v} {found[v]}" for v in (*FOUND, *VERDICTS) if found.get(v))
+        tested = sum(r["block"] == "counted" and r["p_adj"] is not None for r in mine)
+        out.append(f"{name}, a family of its own: {said} (family of {tested} tested claims, Holm at {ALPHA:.0%})")
+    return out
 
 
 def num(v: float | None, fmt: str = ".3g") -> str:
@@ -564,7 +606,7 @@ def ordered(rows: list[dict]) -> list[dict]:
 #: The console's widest line (the scorecard is read at a glance in a terminal).
 WIDTH = 160
 #: Column widths of the console table: claim, paper, here [adjusted interval], n, verdict.
-COLUMNS = (40, 14, 40, 10, 20)
+COLUMNS = (40, 14, 40, 10, 25)  # the verdict: "direction found: negative" whole
 HEADER = ("claim", "paper", "here [adjusted interval]", "n", "verdict")
 
 
@@ -599,8 +641,11 @@ def console(rows: list[dict], preset: str | None, notes: list[str] = ()) -> list
     import textwrap
 
     out = [f"reproduction scorecard, preset {preset}:"]
-    counts_, _, rest = summary(rows).partition(" (")
-    for part in (counts_, "(" + rest if rest else ""):  # the counts, then the family and the sanity checks
+    others = other_families(rows)
+    own = summary(rows).removesuffix("; ".join(["", *others]) if others else "")
+    counts_, _, rest = own.partition(" (")
+    # the counts, then the family and the sanity checks, then each family of its own
+    for part in (counts_, "(" + rest if rest else "", *others):
         out += textwrap.wrap(part, WIDTH - 2, initial_indent="  ", subsequent_indent="  ")
     for note in [*notes, *text_notes(rows)]:
         out += textwrap.wrap(note, WIDTH, initial_indent="  note: ", subsequent_indent="        ")

@@ -28,6 +28,24 @@ Target: streamed peak − baseline ≤ 0.3 × model bytes + ALLOWANCE (512 MiB: 
 activations, at most ~0.3 GB at 16 × 128 tokens and d_model ≤ 2048 by ``probe_memory``, and the
 allocator's slack); disk high-water ≤ budget; byte copies not downloaded. Needs ~4 × ``--gb``
 GB of memory-free disk for the served files, plus the budget. Takes ~20 min on 2 shared cores.
+
+    python -m bench.checkpoint_scale --suite [--suite-revisions 12,3] [--actors 1] [--costs FILE]
+
+**Suite scale** (SPEC §7 "Suite scale"): Pythia-14M- and Pythia-410M-shaped GPT-NeoX revisions
+(the PolyPythias model cards' shapes, random float16 weights, local folders: no download):
+
+1. **Revisions per minute** through the real pool (``run_extension`` on a local Ray with
+   ``--actors`` probes of one thread each, after one warm-up revision that starts the worker):
+   plan, value digest, load, probe and store write of each revision;
+2. **Side by side**, in this process, one revision's probe as it runs now (the decoder only) and
+   with the unembedding as it ran before (the whole causal LM), alternated, in this process's CPU
+   seconds (which other sessions' load barely moves): their ratio, and the probe proper (the
+   decoder pass and its columns on the loaded model) over the whole revision;
+3. **The projection** of the whole suite (``POLYPYTHIAS``: five sizes × 10 seeds and the 160M
+   variants, 154 revisions each) on one 16-core node and on four (``sweep.extension.projection``),
+   priced twice: by a revision's CPU seconds in this process (a dedicated core) and by the pool's
+   wall seconds per revision at this machine's load; ``--costs FILE`` writes the first for
+   ``--dry-run`` (``sweep/extension/probe_costs.json``).
 """
 
 from __future__ import annotations
@@ -204,6 +222,177 @@ def projection(s_per_gb: float, threads: int, n_seqs: int, seq_len: int) -> list
     ]
 
 
+#: PolyPythias by size: (layers, d_model, heads) from its model cards; every size's MLP is 4·d_model,
+#: its vocabulary 50,304, its rotary 25 % (as Pythia's configs).
+POLYPYTHIAS = {"14m": (6, 128, 4), "31m": (6, 256, 8), "70m": (6, 512, 8), "160m": (12, 768, 12),
+               "410m": (24, 1024, 16)}
+#: The suite: series per size (the original and nine seeds), and the 160M weight-seed and data-seed
+#: variants (three each by the model cards; the Hub's listing decides at run time); 154 revisions each.
+SUITE_SERIES = {**{size: 10 for size in POLYPYTHIAS}, "160m-weight-seed": 3, "160m-data-seed": 3}
+SUITE_REVISIONS = 154
+
+
+def pythia_config(size: str) -> Any:
+    from transformers import GPTNeoXConfig
+
+    layers, d, heads = POLYPYTHIAS[size]
+    return GPTNeoXConfig(hidden_size=d, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=4 * d,
+                         vocab_size=50304, rotary_pct=0.25, max_position_embeddings=2048, tie_word_embeddings=False)
+
+
+def _probe_once(folder: Path, text: str, settings: Any, unembed: bool) -> float:
+    """Seconds of one whole-mode probe of ``folder`` in this process; ``unembed``: the whole causal LM's
+    forward (logits included), as the probe ran before it ran the decoder only."""
+    import torch
+
+    import metrics.hf_probe as hp
+    from sweep.extension import integrity
+    from sweep.extension.revision_probe import Job, probe_folder
+
+    job = Job("bench", folder.name, None, str(folder), 0, 0, 0.0, mode="whole")
+    integrity._MEMO.clear()  # each call hashes the weights, as a new revision in the pool does
+    now = hp._forward
+    if unembed:
+        hp._forward = lambda model, ids: model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+    try:
+        t0 = time.perf_counter()
+        probe_folder(str(folder), job, text, settings, torch.device("cpu"))
+        return time.perf_counter() - t0
+    finally:
+        hp._forward = now
+
+
+def _probe_proper(folder: Path, text: str, settings: Any) -> float:
+    """CPU seconds of this process for the decoder pass and its columns alone, on the loaded model (no load,
+    digest or tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from metrics.hf_probe import probe_hf_model
+    from sweep.extension.revision_probe import probe_windows
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    ids = probe_windows(AutoTokenizer.from_pretrained(str(folder)), text, settings.n_seqs, settings.seq_len)
+    t0 = time.process_time()
+    probe_hf_model(model, ids)
+    return time.process_time() - t0
+
+
+def suite(args: argparse.Namespace, work: Path, text: str, text_file: Path) -> dict[str, Any]:
+    """The suite-scale measurements (module docstring, "Suite scale"); returns what it printed."""
+    import ray
+    import torch
+
+    from bench.common import alternate, med
+    from metrics.hf_stream import probe_memory
+    from sweep.extension.checkpoint_series import parse_manifest
+    from sweep.extension.pool import run_extension
+    from sweep.extension.projection import Costs, project
+    from sweep.extension.revision_probe import ProbeSettings
+
+    torch.set_num_threads(args.threads)  # this process's side-by-side probes, as the pool's
+    counts = dict(zip(("14m", "410m"), map(int, args.suite_revisions.split(",")), strict=True))
+    tokenizer = bench_tokenizer(text)
+    folders: dict[str, list[Path]] = {}
+    t0 = time.perf_counter()
+    for size, n in counts.items():
+        config = pythia_config(size)
+        folders[size] = [work / size / f"step{k}" for k in range(n + 1)]  # the first: the warm-up revision
+        for k, folder in enumerate(folders[size]):
+            write_revision(config, folder, 1000 * k + len(size), tokenizer)
+    print(f"wrote the revisions in {time.perf_counter() - t0:.0f} s", flush=True)
+    settings = ProbeSettings(str(work / "store"), n_seqs=args.n_seqs, seq_len=args.seq_len, threads=args.threads)
+    out: dict[str, Any] = {"sizes": {}}
+    params = {size: probe_memory(pythia_config(size), args.n_seqs, args.seq_len).params for size in POLYPYTHIAS}
+
+    # --- side by side, in this process -------------------------------------------------------
+    for size in counts:
+        folder = folders[size][1]
+        rounds = 3 if size == "14m" else 1  # after one untimed call each (the files in the page cache)
+        cpu: dict[str, list[float]] = {}
+        times = alternate({"decoder only": lambda f=folder: _probe_once(f, text, settings, False),
+                           "with unembedding": lambda f=folder: _probe_once(f, text, settings, True)},
+                          rounds=rounds, warmup=1, cpu_times=cpu)
+        proper = _probe_proper(folder, text, settings)
+        now, before = med(cpu["decoder only"]), med(cpu["with unembedding"])
+        out["sizes"][size] = {"params": params[size], "in_process_cpu_s": now, "in_process_unembed_cpu_s": before,
+                              "in_process_wall_s": med(times["decoder only"]), "probe_proper_cpu_s": proper}
+        print(f"SIDE BY SIDE {size}-shaped ({params[size] / 1e6:.0f} M parameters), one revision in this process, "
+              f"{rounds} round(s), CPU seconds of this process (other sessions' load barely moves them): decoder "
+              f"only {now:.2f} s, with the unembedding {before:.2f} s: ratio {now / before:.2f}; the probe proper "
+              f"(the decoder pass and its columns on the loaded model) {proper:.2f} s = {proper / now:.0%} of the "
+              f"revision (wall: {med(times['decoder only']):.2f} s)", flush=True)
+
+    # --- revisions per minute through the pool ---------------------------------------------------
+    ray.init(num_cpus=args.actors * args.threads, include_dashboard=False, log_to_driver=False)
+    try:
+        for size, paths in folders.items():
+            def manifest(ps: list[Path], name: str = f"bench-{size}") -> Any:
+                return parse_manifest({"series": [{"name": name, "revisions": [
+                    {"revision": p.name, "path": str(p), "tokens": i} for i, p in enumerate(ps)]}]})
+
+            run_extension(manifest(paths[:1], f"warm-{size}"), settings, text, n_actors=args.actors, progress=False)
+            t0 = time.perf_counter()
+            results = run_extension(manifest(paths[1:]), settings, text, n_actors=args.actors, progress=False)
+            wall = time.perf_counter() - t0
+            bad = [r for r in results if r.status not in ("ok", "duplicate")]
+            if bad:
+                raise RuntimeError(f"{size}: {bad[0].series}@{bad[0].revision} {bad[0].status}: {bad[0].reason}")
+            n = len(results)
+            rate = 60 * n / wall
+            per = wall * args.actors / n  # seconds of one revision at one thread, the actors' cores busy
+            out["sizes"][size] |= {"pool_revisions": n, "pool_wall_s": wall, "revisions_per_min": rate,
+                                   "seconds_per_revision": per, "load": os.getloadavg()}
+            print(f"POOL {size}-shaped: {n} revisions in {wall:.1f} s with {args.actors} probe(s) at once of "
+                  f"{args.threads} thread(s): {rate:.1f} revisions per minute, {per:.1f} s per revision "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    finally:
+        ray.shutdown()
+
+    # --- the projection --------------------------------------------------------------------------
+    loads = ", ".join(f"{out['sizes'][s]['load'][0]:.1f} ({s})" for s in counts)
+    measured = (f"bench.checkpoint_scale --suite (a revision's CPU seconds in one process), {machine_line()} at "
+                f"load {loads}, {time.strftime('%Y-%m-%d')}")
+    revisions = [(params[size.split("-")[0]], 2 * params[size.split("-")[0]])
+                 for size, n in SUITE_SERIES.items() for _ in range(n * SUITE_REVISIONS)]
+    node_memory = 64 * 2**30
+    task = max(probe_memory(pythia_config(s), args.n_seqs, args.seq_len).whole for s in POLYPYTHIAS) + 2**30
+    # a dedicated core: a revision's CPU seconds in this process (digest, load, tokenizer, probe); and this
+    # machine as it was: the pool's wall seconds per revision under the other sessions' load
+    priced = {"cpu": ("in-process CPU seconds per revision", "in_process_cpu_s"),
+              "pool": ("the pool's wall seconds per revision at this machine's load", "seconds_per_revision")}
+    lines = []
+    for what, key in priced.values():
+        costs = Costs(tuple(sorted((out["sizes"][s]["params"], out["sizes"][s][key]) for s in counts)),
+                      args.n_seqs, args.seq_len, measured)
+        for nodes in (1, 4):
+            got = project(revisions, costs, args.n_seqs, args.seq_len, [(16.0, node_memory)] * nodes, 1.0, None, task)
+            lines.append(f"[{what}] " + got.text(f"{nodes} × 16-core node(s) of 64 GiB"))
+    print("\nPROJECTION of the suite (" + ", ".join(f"{n} × pythia-{s}" for s, n in SUITE_SERIES.items())
+          + f", {SUITE_REVISIONS} revisions each; weights float16 = 2 bytes per parameter):\n  " + "\n  ".join(lines))
+    out["projection"] = lines
+    if args.costs:
+        Path(args.costs).write_text(json.dumps({
+            "about": "Seconds one checkpoint revision takes on a dedicated core (value digest, load, tokenizer, "
+                     "probe: this process's CPU seconds; the pool's own cost per revision is within the noise, "
+                     "bench/RESULTS.md), at one thread, per parameter count: the dry run's projection "
+                     "(sweep/extension/projection.py). Written by python -m bench.checkpoint_scale --suite --costs FILE.",
+            "n_seqs": args.n_seqs, "seq_len": args.seq_len, "measured": measured,
+            "points": [{"model": f"pythia-{s}-shaped", "params": out["sizes"][s]["params"],
+                        "seconds": round(out["sizes"][s]["in_process_cpu_s"], 3),
+                        "pool_wall_seconds_at_load": round(out["sizes"][s]["seconds_per_revision"], 3)}
+                       for s in counts]},
+            indent=1) + "\n")
+        print(f"wrote {args.costs}")
+    return out
+
+
+def machine_line() -> str:
+    import platform
+
+    return f"{platform.machine()} {os.cpu_count()} CPUs"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.checkpoint_scale", description=__doc__.split("\n\n")[0])
     p.add_argument("--gb", type=float, default=1.1, help="bytes of each model, GB (float16)")
@@ -214,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--out", default="runs/bench/checkpoint_scale")
     p.add_argument("--keep", action="store_true", help="keep the generated revisions (in --out)")
+    p.add_argument("--suite", action="store_true", help="suite scale instead: revisions per minute at the 14M and "
+                   "410M shapes, and the whole suite's projection (module docstring)")
+    p.add_argument("--suite-revisions", default="12,3", help="--suite: revisions of the 14M and the 410M shape")
+    p.add_argument("--costs", help="--suite: write the measured seconds per revision here (probe_costs.json)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests"))  # the local test Hub
     from hub_server import HubRepo, commit_of, hub_server
@@ -231,6 +424,15 @@ def main(argv: list[str] | None = None) -> int:
     text = stdlib_docs_text()
     text_file = work / "probe.txt"
     text_file.write_text(text, encoding="utf-8")
+    if args.suite:
+        figures = suite(args, work, text, text_file)
+        (out / "suite.json").write_text(json.dumps(figures, indent=1))
+        print(f"load after: {os.getloadavg()}")
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     tokenizer = bench_tokenizer(text)
     repos, sizes, folders = [], {}, {}
     t0 = time.perf_counter()

@@ -131,6 +131,17 @@ CHECKPOINT_METRICS: tuple[str, ...] = ACTIVATION_METRICS
 #: sequence, the probe text's sha256 and the transformers version that loaded and ran the model.
 CHECKPOINT_SETTINGS: tuple[str, ...] = ("probe_n_seqs", "probe_seq_len", "probe_text_sha256", "transformers_version")
 
+#: Where a checkpoint series sits in a set of seeds of one model (SPEC §6, §7 "Sets"): the set
+#: (``group``), the seed's label within it (``seed``, a string: "0" is the original series) and the
+#: factor its seeds vary (``varies``, one of ``SET_FACTORS``); null for a series in no set.
+CHECKPOINT_SET: tuple[str, ...] = ("group", "seed", "varies")
+#: What the seeds of a set vary -> how the report says it.
+SET_FACTORS: dict[str, str] = {
+    "seed": "the seed (weight initialisation and data order together)",
+    "weights": "the weight initialisation only (data order fixed)",
+    "data order": "the data order only (weight initialisation fixed)",
+}
+
 #: One row of ``metrics.hf_probe.probe_hf_model``, in order: the layer (int), the
 #: checkpoint metrics, and ``dtype`` (a string: the dtype the probe computed in).
 CHECKPOINT_PROBE_ROW: tuple[str, ...] = ("layer", *CHECKPOINT_METRICS, "dtype")

@@ -32,7 +32,8 @@ How the tensors are captured (transformers 5.x):
   Probabilities cannot be turned back into scores (softmax drops a per-row
   constant), which is why ``output_attentions`` is not used.
 
-The probe runs one no-grad forward pass on [B, T] token ids without padding,
+The probe runs one no-grad forward pass of the base model (the decoder stack; the unembedding,
+which no column reads, is not run) on [B, T] token ids without padding,
 at positions 0..T−1, and restores the model's mode and attention
 implementation afterwards.
 """
@@ -174,10 +175,12 @@ def _projection_hook(
 
 
 def _forward(model: nn.Module, input_ids: Tensor) -> None:
-    """One causal pass at positions 0..T−1, no padding. input_ids: [B, T]."""
+    """One causal pass of the base model (the decoder, without the unembedding: no column reads the
+    vocabulary logits, which cost Pythia-14M a third of its probe) at positions 0..T−1, no padding.
+    input_ids: [B, T]."""
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, T], got {tuple(input_ids.shape)}")
-    model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), use_cache=False)
+    model.base_model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), use_cache=False)
 
 
 @torch.no_grad()

@@ -4,6 +4,7 @@ over saved revisions (the ``revisions`` fixture in conftest saves them)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -61,3 +62,11 @@ def save_revision(folder: Path, kind: str = "llama", shard: str | None = None, s
             edit(state)
             save_file(state, path, metadata={"format": "pt"})
     return model
+
+
+def extension_env(endpoint: str, tmp_path: Path) -> dict[str, str]:
+    """This environment, pointed at the local hub (online), with no hub token and a throw-away Ray."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HF_", "HUGGING_FACE_", "TRANSFORMERS_OFFLINE", "RAY_ADDRESS"))}
+    return env | {"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_DISABLE_TELEMETRY": "1",
+                  "RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}

@@ -11,6 +11,8 @@ repositories held in memory or on disk.
 
 Routes (``{rev}`` is a branch name or a commit hash, URL-quoted):
 
+- ``GET /api/models?author=…&search=…``: the repositories whose owner is ``author`` and whose id
+  contains ``search`` (``HfApi.list_models``), one page, ``id`` each;
 - ``GET /api/models/{repo}/refs``: branches (``name``, ``ref``, ``targetCommit``), no tags;
 - ``GET /api/models/{repo}/revision/{rev}``: model info (``id``, ``sha``, ``siblings``); with
   ``?blobs=true`` (``model_info(files_metadata=True)``) each sibling adds ``size``, ``blobId`` and
@@ -160,6 +162,11 @@ def _handler(repos: dict[str, HubRepo], fail_once: list[tuple[str, re.Pattern]],
                     pending.remove(hit)
             if hit is not None:
                 return self._error(503, None, body)
+            if path == "/api/models":
+                query = parse_qs(urlsplit(self.path).query)
+                author, search = query.get("author", [""])[0], query.get("search", [""])[0]
+                return self._json([{"id": r, "modelId": r} for r in sorted(repos)
+                                   if (not author or r.split("/")[0] == author) and search in r], body)
             if m := re.fullmatch(r"/api/models/(.+?)/(refs|revision|tree)(?:/([^/]+)(?:/(.*))?)?", path):
                 blobs = [v.lower() for v in parse_qs(urlsplit(self.path).query).get("blobs", [])] == ["true"]
                 return self._api(m.group(1), m.group(2), unquote(m.group(3) or ""), body, blobs)

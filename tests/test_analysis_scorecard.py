@@ -331,3 +331,46 @@ def test_the_console_scorecard_reads_at_a_glance(null_rows) -> None:
 def test_a_magnitude_row_tests_nothing() -> None:
     rows = _rows(make_synthetic_store(n_seeds=3, epochs=9, iv_epochs=5), preset="paper")
     assert rows["interventions.val_loss"]["block"] == "magnitude" and rows["interventions.val_loss"]["p"] is None
+
+
+def test_two_sided_claims_name_the_direction_found_in_a_family_of_their_own(null_store, null_rows, monkeypatch) -> None:
+    """A claim with no predicted direction (``≠``) reads "direction found: positive/negative" when its
+    two-sided t test decides it, in its own family: the scorecard's claims keep their adjusted p, and
+    the row gets the adjusted interval, the sign-flip check or the seeds it would need like any other."""
+    from analysis import compute
+    from analysis.claims import Claim, Expect
+    from analysis.inference import FOUND_NEGATIVE, FOUND_POSITIVE, holm_tarone
+    from analysis.section import Computed, Section
+
+    rng = np.random.default_rng(5)
+    ys = {"up": 1.0 + 0.1 * rng.standard_normal(8), "down": -1.0 + 0.1 * rng.standard_normal(8),
+          "flat": rng.standard_normal(8)}
+
+    class TwoSided(Section):
+        name, heading, reads = "two_sided_toy", "Toy", ("checkpoints",)
+
+        def compute(self, data):
+            return Computed(None, {})
+
+        def claims(self, an, paper_scale):
+            return [Claim(f"toy.{k}", "two_sided_toy", f"{k}: which direction", "—", Expect("≠", 0), y,
+                          ids=tuple(range(8)), family="toy seeds", kind="level: toy") for k, y in ys.items()]
+
+    monkeypatch.setattr(compute, "_added", [])
+    compute.register_section(TwoSided())
+    rows = _rows(null_store)
+    assert rows["toy.up"]["verdict"] == FOUND_POSITIVE and rows["toy.down"]["verdict"] == FOUND_NEGATIVE
+    assert rows["toy.flat"]["verdict"] == UNDECIDED and rows["toy.flat"]["seeds_needed_reason"]
+    for k in ("up", "down"):
+        r = rows[f"toy.{k}"]
+        assert r["expected"] == "≠ 0" and r["block"] == "counted" and r["family"] == "toy seeds"
+        assert r["check"] is not None and not (r["ci_adj_low"] <= 0 <= r["ci_adj_high"])
+        assert "family: toy seeds, adjusted apart" in r["reason"]
+    ps = [rows[f"toy.{k}"]["p"] for k in ys]
+    assert [rows[f"toy.{k}"]["p_adj"] for k in ys] == pytest.approx(holm_tarone(ps, [0.0] * 3).p_adj)
+    for cid, r in null_rows.items():  # the scorecard's own family is as it was without them
+        assert (rows[cid]["p_adj"], rows[cid]["level"], rows[cid]["family"]) == (r["p_adj"], r["level"], "scorecard")
+    text = sc.summary(list(rows.values()))
+    assert text.startswith(sc.summary(list(null_rows.values()))), text
+    assert text.endswith(f"; toy seeds, a family of its own: {FOUND_POSITIVE} 1, {FOUND_NEGATIVE} 1, {UNDECIDED} 1 "
+                         "(family of 3 tested claims, Holm at 5%)"), text

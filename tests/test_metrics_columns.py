@@ -12,6 +12,7 @@ import pytest
 from metrics.columns import (
     CHECKPOINT_METRICS,
     CHECKPOINT_PROBE_ROW,
+    CHECKPOINT_SET,
     CHECKPOINT_SETTINGS,
     LAYER_COLUMNS,
     LAYER_METRICS,
@@ -22,8 +23,9 @@ from metrics.columns import (
 #: sha256 of each table's serialized Arrow schema before the vocabulary moved out of
 #: sweep/store/schema.py (commit 8e57fe5): the move changed no name, type or order. The columns
 #: added since, ``strengths`` (dose–response, SPEC §6), the epochs' ``time`` (trackers: when the
-#: row was written, for the trackers), ``skipped_steps`` and the checkpoints' probe settings
-#: (``CHECKPOINT_SETTINGS``, SPEC §7), are taken out before comparing, and
+#: row was written, for the trackers), ``skipped_steps``, the checkpoints' probe settings
+#: (``CHECKPOINT_SETTINGS``, SPEC §7) and their set and seed (``CHECKPOINT_SET``), are taken out before
+#: comparing, and
 #: the one renamed since, ``condition``, gets back its old name ``intervention``.
 SCHEMA_SHA256 = {
     "layers": "8ed34516532a7549045df15973d5a783266cbbfa97d65aea3d5369b443e12e35",
@@ -35,14 +37,15 @@ SCHEMA_SHA256 = {
 def test_schemas_byte_identical_to_before_the_move() -> None:
     from sweep.store.schema import SCHEMAS
 
-    def before(schema):
-        for added in ("strengths", "time", "skipped_steps", *CHECKPOINT_SETTINGS):
+    def before(schema, table):
+        since = ("strengths", "time", "skipped_steps", *CHECKPOINT_SETTINGS)
+        for added in since + (CHECKPOINT_SET if table == "checkpoints" else ()):  # the runs' own seed stays
             i = schema.get_field_index(added)
             schema = schema if i < 0 else schema.remove(i)
         i = schema.get_field_index("condition")
         return schema if i < 0 else schema.set(i, schema.field(i).with_name("intervention"))
 
-    got = {t: hashlib.sha256(before(s).serialize().to_pybytes()).hexdigest() for t, s in SCHEMAS.items()
+    got = {t: hashlib.sha256(before(s, t).serialize().to_pybytes()).hexdigest() for t, s in SCHEMAS.items()
            if t in SCHEMA_SHA256}  # the runs table came later (trackers read it)
     assert got == SCHEMA_SHA256
     assert [t for t, s in SCHEMAS.items() if "strengths" in s.names] == ["layers", "epochs", "runs"]

@@ -260,6 +260,21 @@ def test_capture_leaves_model_output_and_state_unchanged(kind: str, ids: torch.T
     torch.testing.assert_close(captured, eager, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "gpt_neox", "llama"])
+def test_the_unembedding_is_not_run(kind: str, ids: torch.Tensor) -> None:
+    """No column reads the vocabulary logits: the probe runs the decoder only (Pythia-14M spent a
+    third of its probe in the unembedding), and its rows are those of the float64 reference above."""
+    model = tiny_model(kind)
+    calls: list[int] = []
+    handle = model.get_output_embeddings().register_forward_hook(lambda *_: calls.append(1))
+    try:
+        row = probe_hf_model(model, ids)[1]
+    finally:
+        handle.remove()
+    assert calls == []
+    assert row["pr_k"] == pytest.approx(_pr(reference(model, ids, 1)["k"]), rel=1e-5)
+
+
 def test_unsupported_architecture_is_a_clear_error(ids: torch.Tensor) -> None:
     cfg = tf.Gemma2Config(
         vocab_size=V, hidden_size=D, num_hidden_layers=1, num_attention_heads=H,

@@ -31,7 +31,11 @@ def test_registry_has_the_seven_paper_series_and_the_large_pythias() -> None:
 
     assert default_series() == ["gpt2-small", "pythia-70m", "pythia-160m", "pythia-410m",
                                 "smollm2-135m", "smollm2-360m", "olmo-1b"]
-    assert set(SERIES) - set(default_series()) == {"pythia-1.4b", "pythia-2.8b", "pythia-6.9b", "pythia-12b"}
+    from analysis.reference import PAPER_SERIES
+
+    assert list(PAPER_SERIES) == default_series()  # the report names the paper's series from it
+    assert set(SERIES) - set(default_series()) == {"pythia-14m", "pythia-31m", "pythia-1.4b", "pythia-2.8b",
+                                                   "pythia-6.9b", "pythia-12b"}
     assert SERIES["pythia-12b"].repo == "EleutherAI/pythia-12b" and SERIES["pythia-12b"].tokens_per_step == 2_097_152
     assert SERIES["gpt2-small"].repo == "stanford-crfm/alias-gpt2-small-x21"
     assert SERIES["gpt2-small"].tokens_per_step == 524_288

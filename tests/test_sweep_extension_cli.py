@@ -84,5 +84,6 @@ def test_dry_run_plans_without_ray_or_downloads(revisions, tmp_path, capsys) -> 
                  "--probe-mode", "streamed", "--disk-budget", "1GB", "--seq-len", "16"]) == 0
     out = capsys.readouterr().out
     assert "dry-llama@local-step1000: local folder, probe streamed, task memory" in out
-    assert "[extension] 2 to probe, 0 duplicate(s) found before download, 0 refused" in out
+    assert "[extension] 2 revisions: 2 to probe (0 B of weights to download), 0 duplicate(s) found before download, 0 refused" in out
+    assert "[extension] projected: 2 revisions on this machine (1 node(s), " in out
     assert not (tmp_path / "store").exists()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers as tf
-from extension_helpers import N_SEQS, SEQ_LEN, TEXT, tiny_tokenizer
+from extension_helpers import N_SEQS, SEQ_LEN, TEXT, extension_env, tiny_tokenizer
 from hub_server import HubRepo, commit_of, content_sha256, hub_server
 
 from metrics.hf_arch import tiny_config
@@ -276,13 +276,6 @@ def hub_series(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[HubRepo],
     big = revisions_on_disk(root / "big", "llama", [7], hidden_size=64, intermediate_size=256, num_hidden_layers=4)
     repos.append(HubRepo("org/big", big))
     return repos, folders
-
-
-def extension_env(endpoint: str, tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HF_", "HUGGING_FACE_", "TRANSFORMERS_OFFLINE", "RAY_ADDRESS"))}
-    return env | {"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_DISABLE_TELEMETRY": "1",
-                  "RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def revision_bytes(repo: HubRepo, rev: str) -> int:

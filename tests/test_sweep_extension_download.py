@@ -10,7 +10,6 @@ listing, once to step1000's model info and once to a weight download.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import httpx2
 import pytest
 import torch
 import transformers as tf
-from extension_helpers import CONFIGS, N_SEQS, SEQ_LEN, TEXT, tiny_tokenizer
+from extension_helpers import CONFIGS, N_SEQS, SEQ_LEN, TEXT, extension_env, tiny_tokenizer
 from hub_server import HubRepo, commit_of, hub_server
 from huggingface_hub.errors import (
     HfHubHTTPError,
@@ -110,14 +109,6 @@ def pythia_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[HubRepo, dict
                "step1000": weights_sha256((root / "step1000").glob("*.safetensors"))}
     assert digests["step1000"] == weights_sha256([root / "step2000" / "pytorch_model.bin"], allow_pickle=True)
     return HubRepo(REPO, branches, missing={"step3000"}), digests
-
-
-def extension_env(endpoint: str, tmp_path: Path) -> dict[str, str]:
-    """This environment, pointed at the local hub (online), with no hub token and a throw-away Ray."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HF_", "HUGGING_FACE_", "TRANSFORMERS_OFFLINE", "RAY_ADDRESS"))}
-    return env | {"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_DISABLE_TELEMETRY": "1",
-                  "RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
 
 
 @pytest.mark.ray

@@ -41,7 +41,7 @@ def test_every_row_carries_the_probe_settings(tmp_path: Path) -> None:
     store.write_checkpoint(checkpoint_rows(job("s", "step1"), layers(), record=rec))
     store.write_checkpoint(checkpoint_rows(job("s", "step2"), None, "RevisionError: boom", rec))
     df = store.read("checkpoints")
-    assert list(df.columns) == CHECKPOINTS.names and df.columns[-4:].tolist() == list(CHECKPOINT_SETTINGS)
+    assert list(df.columns) == CHECKPOINTS.names and df.columns[-7:-3].tolist() == list(CHECKPOINT_SETTINGS)
     assert (df["probe_n_seqs"] == N_SEQS).all() and (df["probe_seq_len"] == SEQ_LEN).all()
     assert (df["probe_text_sha256"] == rec.text_sha256).all() and (df["transformers_version"] == rec.transformers).all()
 

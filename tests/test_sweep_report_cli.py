@@ -206,7 +206,8 @@ def test_one_init_one_seed(tmp_path):
 def test_empty_store(tmp_path):
     s, md = _run_cli(tmp_path, None, figures=True)
     for sec in SECTIONS:
-        assert sec in s["missing"] or sec == "dose_response", sec  # optional: left out without a sweep
+        # optional: left out without a strength sweep, or without checkpoint rows in a set of seeds
+        assert sec in s["missing"] or sec in ("dose_response", "checkpoint_sets"), sec
         assert s[sec] is None
     assert s["provenance"]["n_runs"] == 0
     assert "The store holds no baseline or intervention runs." in md

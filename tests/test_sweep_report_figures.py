@@ -52,3 +52,18 @@ def test_nothing_to_draw_writes_nothing(tmp_path) -> None:
     tb = make_synthetic_store(n_seeds=1, depths=(2,), epochs=2, baseline=False, checkpoints=False)
     assert fg.fig1_alignment(compute_all(tb), tmp_path / "figs") == []
     assert not (tmp_path / "figs").exists()
+
+
+def test_figA_sets_draws_each_seed_and_the_original_apart(legends, tmp_path) -> None:
+    """Appendix A's figure per set: a panel per set, a line per seed, the original (seed 0) named apart."""
+    import numpy as np
+    from suite_helpers import frame, seed_rows
+
+    rng = np.random.default_rng(0)
+    rows = [r for k in range(3) for r in seed_rows("toy", str(k), 5.0, rng, series="pythia-70m" if k == 0 else None)]
+    rows += [r for k in (1, 2) for r in seed_rows("toy-w", str(k), 5.0, rng, varies="weights")]
+    tb = tiny_store() | {"checkpoints": frame(rows)}
+    paths = fg.figA_sets(compute_all(tb), tmp_path)
+    assert [p.name for p in paths] == ["figA_sets.png", "figA_sets.pdf"]
+    assert legends["figA_sets"] == ["seed 1", "seed 2", "original: pythia-70m", "seed 1", "seed 2"]
+    assert fg.figA_sets(compute_all(tiny_store()), tmp_path / "none") == []

@@ -38,8 +38,10 @@ selection, manifests), ``revision_probe`` (one revision: download, load, probe,
 rows), ``integrity`` (weights value digests, duplicate revisions), ``hub`` (which hub errors are retried),
 ``listing`` (a hub revision's files before download), ``plan`` (what each revision needs, duplicates by
 file sha256), ``disk`` (the disk budget and its leases), ``record`` (the probe settings of a row; a store
-of other settings refused), ``pool`` (the Ray tasks), ``cli`` (``python -m sweep.extension``; ``probe_checkpoints`` is it as a function) and ``tiny_series`` (a tiny
-offline GPT-2 series to probe; ``python -m sweep.tiny_series``). The names below
+of other settings refused), ``seed_sets`` (sets of seeds of one model: the registry, members from the
+Hub's listing, every seed at the same revisions), ``projection`` (a run's projected time), ``pool`` (the Ray
+tasks), ``cli`` (``python -m sweep.extension``; ``probe_checkpoints`` is it as a function) and ``tiny_series``
+(a tiny offline GPT-2 series to probe; ``python -m sweep.tiny_series``). The names below
 are the package's API; its modules import each other directly, never through here.
 """
 

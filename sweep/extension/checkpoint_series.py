@@ -14,8 +14,12 @@ A **manifest** fixes exactly which revisions a probe run covers::
 Each revision has ``revision`` and exactly one of ``repo`` (fetched from the
 hub) or ``path`` (a local model directory; a relative path is taken relative
 to the manifest file), and optionally ``tokens`` (int or null) and ``step``
-(int or null; parsed from the revision name when absent). ``load_manifest``
-rejects anything else with an error naming the field.
+(int or null; parsed from the revision name when absent). A series entry may
+say where it sits in a **set** of seeds of one model (SPEC §7 "Sets"):
+``"group"`` (the set's name) with ``"seed"`` (its label in the set, an int or a
+string; "0" is the original series), and optionally ``"varies"`` (what the
+set's seeds vary: ``metrics.columns.SET_FACTORS``, default ``"seed"``; one value
+per set). ``load_manifest`` rejects anything else with an error naming the field.
 
 Tokens per step: SmolLM2-360M's batch size is not in our sources, so that
 series reads it from a nanotron training config (``*.yaml``) in the
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metrics.columns import SET_FACTORS
 from metrics.hf_arch import SUPPORTED_MODEL_TYPES
 
 #: A series' ``config.model_type``: one of the probe's adapters (``metrics.hf_arch.ADAPTERS``).
@@ -88,6 +93,16 @@ SERIES: dict[str, Series] = {
                 "1024 × 2048 tokens per step; partial rotary (25 %).",
             )
             for size in ("70m", "160m", "410m")
+        ),
+        *(
+            Series(
+                f"pythia-{size}", f"EleutherAI/pythia-{size}", "gpt_neox", r"step\d+", 2_097_152,
+                doc=f"Pythia {size.upper()}: 154 revisions like the others; 1024 × 2048 tokens per step. "
+                "Not one of the paper's series: the original (seed 0) of the PolyPythias set of its size "
+                "(sweep.extension.seed_sets); only by name.",
+                default=False,
+            )
+            for size in ("14m", "31m")
         ),
         *(
             Series(
@@ -146,8 +161,20 @@ class RevisionEntry:
 
 @dataclass(frozen=True)
 class SeriesEntry:
+    """One series to probe: its revisions, and its set, seed and what the set's seeds vary (all three
+    None for a series in no set)."""
+
     name: str
     revisions: list[RevisionEntry] = field(default_factory=list)
+    group: str | None = None
+    seed: str | None = None
+    varies: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.group is not None:
+            out |= {"group": self.group, "seed": self.seed, "varies": self.varies}
+        return out | {"revisions": [r.to_json() for r in self.revisions]}
 
 
 @dataclass(frozen=True)
@@ -155,11 +182,7 @@ class Manifest:
     series: list[SeriesEntry]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "series": [
-                {"name": s.name, "revisions": [r.to_json() for r in s.revisions]} for s in self.series
-            ]
-        }
+        return {"series": [s.to_json() for s in self.series]}
 
 
 def parse_step(revision: str) -> int | None:
@@ -323,7 +346,7 @@ def parse_manifest(data: Any, base_dir: str | Path | None = None, source: str = 
     out = []
     for i, s in enumerate(data["series"]):
         where = f"{source}: series[{i}]"
-        _check_keys(s, where, required={"name", "revisions"}, optional=set())
+        _check_keys(s, where, required={"name", "revisions"}, optional={"group", "seed", "varies"})
         name = s["name"]
         if not isinstance(name, str) or not name:
             raise ManifestError(f"{where}.name must be a non-empty string, got {name!r}")
@@ -337,8 +360,43 @@ def parse_manifest(data: Any, base_dir: str | Path | None = None, source: str = 
         dup = {e.revision for e in entries if sum(x.revision == e.revision for x in entries) > 1}
         if dup:
             raise ManifestError(f"{where}.revisions: revision {sorted(dup)[0]!r} appears twice")
-        out.append(SeriesEntry(name, entries))
+        out.append(SeriesEntry(name, entries, *_set_fields(s, where)))
+    _check_sets(out, source)
     return Manifest(out)
+
+
+def _set_fields(s: dict, where: str) -> tuple[str | None, str | None, str | None]:
+    """(group, seed, varies) of a series entry; a seed needs a group and a group a seed."""
+    if "group" not in s and "seed" not in s:
+        if "varies" in s:
+            raise ManifestError(f"{where}.varies needs a 'group' (and a 'seed')")
+        return None, None, None
+    group, seed = s.get("group"), s.get("seed")
+    if not isinstance(group, str) or not group:
+        raise ManifestError(f"{where}.group must be a non-empty string (with 'seed'), got {group!r}")
+    if isinstance(seed, bool) or not (isinstance(seed, int) and seed >= 0 or isinstance(seed, str) and seed):
+        raise ManifestError(f"{where}.seed must be a non-negative integer or a non-empty string (with 'group'), "
+                            f"got {seed!r}")
+    varies = s.get("varies", "seed")
+    if varies not in SET_FACTORS:
+        raise ManifestError(f"{where}.varies must be one of {', '.join(map(repr, SET_FACTORS))}, got {varies!r}")
+    return group, str(seed), varies
+
+
+def _check_sets(series: list[SeriesEntry], source: str) -> None:
+    """Within a set: each seed once, one ``varies``."""
+    sets: dict[str, list[SeriesEntry]] = {}
+    for s in series:
+        if s.group is not None:
+            sets.setdefault(s.group, []).append(s)
+    for group, members in sets.items():
+        seeds = [m.seed for m in members]
+        twice = sorted({x for x in seeds if seeds.count(x) > 1})
+        if twice:
+            raise ManifestError(f"{source}: set {group!r} has seed {twice[0]!r} twice")
+        factors = sorted({m.varies for m in members})
+        if len(factors) > 1:
+            raise ManifestError(f"{source}: set {group!r} says its seeds vary {' and '.join(factors)}: one per set")
 
 
 def _check_keys(obj: Any, where: str, required: set[str], optional: set[str]) -> None:

@@ -34,11 +34,11 @@ from sweep.extension.checkpoint_series import (
     MIN_FIT_REVISIONS,
     SERIES,
     Manifest,
-    build_manifest,
     default_series,
     load_manifest,
     write_manifest,
 )
+from sweep.extension.seed_sets import SET_ALIASES, SETS, expand_selection, selection_names, unpaired
 from sweep.placement.ray_env import absolute_uri, init_ray, node_gpus
 
 if TYPE_CHECKING:  # Ray, torch and the store load after the flags are parsed (--help answers at once)
@@ -72,9 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     src.add_argument("--manifest", help="JSON manifest of revisions (see sweep/extension/checkpoint_series.py)")
     src.add_argument("--series", type=name_list, nargs="+", metavar="NAME",
                      help=f"series from the registry, a,b or a b (default: the paper's, {', '.join(default_series())}"
-                     f"): {', '.join(SERIES)}")
+                     f"): {', '.join(SERIES)}; or sets of seeds of one model, each seed a series (SPEC §7 'Sets'; "
+                     f"the Hub's listing says which exist): {', '.join(SETS)}; "
+                     + "; ".join(f"{a} = {', '.join(v)}" for a, v in SET_ALIASES.items()))
     p.add_argument("--revisions", type=int, default=DEFAULT_REVISIONS,
-                   help="revisions per series, log-uniform over training (endpoint-only series: 1)")
+                   help="revisions per series, log-uniform over training (endpoint-only series: 1); a set's seeds "
+                   "all at the same ones, picked from the steps every seed has")
     p.add_argument("--write-manifest", metavar="FILE", help="save the manifest used, for a rerun")
     p.add_argument("--store", default=DEFAULT_STORE, help="Parquet store root: a path or s3://bucket/prefix")
     p.add_argument("--actors", type=int, default=2, help="revisions probed at once, each a Ray task (>= 1)")
@@ -105,8 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(a pickle can run code: only for repositories you trust)")
     p.add_argument("--force", action="store_true", help="redo revisions already in the store")
     p.add_argument("--dry-run", action="store_true",
-                   help="plan every revision (bytes, probe mode, memory, duplicates, refusals) and stop: "
-                   "no Ray, nothing downloaded or written")
+                   help="plan every revision (bytes, probe mode, memory, duplicates, refusals) and project the "
+                   "run's time on this machine (--num-cpus) or --address's nodes, then stop: no Ray task, nothing "
+                   "downloaded or written")
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--num-cpus", type=int, help="CPUs of a local Ray, >= 1 (default: all)")
     p.add_argument("--num-gpus", type=int, help="GPUs of a local Ray, >= 0 (default: detected)")
@@ -115,10 +119,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.series = flatten(args.series)
     if args.series is not None:
         args.series = list(args.series)
-        bad = [s for s in args.series if s not in SERIES]
+        bad = [s for s in args.series if s not in selection_names()]
         if bad or not args.series:
             p.error(f"argument --series: invalid choice: {bad[0] if bad else ''!r} "
-                    f"(choose from {', '.join(SERIES)})")
+                    f"(choose from {', '.join(selection_names())})")
     return args
 
 
@@ -165,10 +169,14 @@ def _main(args: argparse.Namespace) -> int:
         manifest = load_manifest(args.manifest, require_paths=True)
     else:
         try:
-            manifest = build_manifest(args.series or default_series(), args.revisions)
+            manifest, notes = expand_selection(args.series or default_series(), args.revisions)
         except Exception as exc:  # the hub listing needs the network
             raise UsageError(f"cannot list the series' revisions on the hub ({type(exc).__name__}: {exc}); "
                              "without network access pass --manifest with local paths") from None
+        for line in notes:
+            print(f"[extension] {line}", file=sys.stderr, flush=True)
+    for line in unpaired(manifest):
+        print(line, file=sys.stderr, flush=True)
     if args.dry_run:
         return dry_run(manifest, settings)
     text = read_text("--text", args.text) if args.text else None  # None: the embedded corpus
@@ -180,15 +188,40 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def dry_run(manifest: Manifest, settings: ExtensionSettings) -> int:
-    """Print the plan of ``manifest`` (``sweep.extension.plan``) for this machine as one node; exit 0."""
+    """Print the plan of ``manifest`` (``sweep.extension.plan``) for this machine as one node (or the
+    nodes of ``--address``'s cluster), and the projected time of the run; exit 0."""
     from sweep.extension.plan import format_plan, local_node, plan_jobs
+    from sweep.extension.projection import plan_projection
     from sweep.extension.revision_probe import jobs_from_manifest
 
     probe = settings.probe
     actor, largest = local_node(probe.cpus or probe.threads, settings.actors)
     plan = plan_jobs(jobs_from_manifest(manifest), probe, actor, largest)
     print(format_plan(plan, probe, actor))
+    nodes, where = cluster_nodes(settings, largest)
+    print(plan_projection(plan, probe, nodes, settings.actors, where))
     return 0
+
+
+def cluster_nodes(settings: ExtensionSettings, memory: int) -> tuple[list[tuple[float, int]], str]:
+    """((CPUs, memory) per node, what they are) of the cluster a run would use: ``--address``'s alive
+    nodes (read from Ray, no task started), else this machine with ``--num-cpus`` (default: all)."""
+    import os
+
+    if settings.address:
+        import ray
+
+        joined = not ray.is_initialized()
+        if joined:
+            ray.init(address=settings.address, log_to_driver=False)
+        try:
+            nodes = [(n["Resources"].get("CPU", 0.0), int(n["Resources"].get("memory", 0.0))) for n in ray.nodes()
+                     if n["Alive"]]
+        finally:
+            if joined:
+                ray.shutdown()
+        return nodes, f"the cluster at {settings.address}"
+    return [(float(settings.num_cpus or os.cpu_count() or 1), memory)], "this machine"
 
 
 def exit_status(results: list[JobResult]) -> int:

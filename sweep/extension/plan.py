@@ -181,7 +181,7 @@ def _sized(job: Job, config: Any, weight_names: list[str], settings: ProbeSettin
     if largest_node and memory > largest_node:
         raise RevisionError(f"{job.series}@{job.revision}: the {mode} probe needs {format_size(memory)} of memory, "
                             f"more than any node offers Ray ({format_size(largest_node)})")
-    return replace(job, mode=mode, memory=int(memory))
+    return replace(job, mode=mode, memory=int(memory), params=int(need.params))
 
 
 def local_node(cpus_per_actor: float, actors: int) -> tuple[int, int]:
@@ -197,21 +197,56 @@ def local_node(cpus_per_actor: float, actors: int) -> tuple[int, int]:
     return actor_memory([(os.cpu_count() or 1, memory)], cpus_per_actor, actors), int(memory)
 
 
+#: A plan of more revisions than this prints one line per series instead of one per revision.
+PLAN_LINES = 40
+
+
+def weight_bytes(job: Job, settings: ProbeSettings) -> int | None:
+    """The bytes of a hub revision's weight files (None for a local folder)."""
+    return job.listing.weight_bytes(settings.allow_pickle) if job.listing else None
+
+
 def format_plan(plan: Plan, settings: ProbeSettings, actor_bytes: int) -> str:
-    """One line per revision: what will be downloaded, how it is probed, with how much memory."""
+    """One line per revision (per series, with its set and seed, beyond ``PLAN_LINES`` revisions): what
+    will be downloaded, how it is probed, with how much memory, the duplicates found from the listing;
+    then the refusals and the totals."""
     lines = [f"[extension] plan (--probe-mode {settings.probe_mode}, memory per actor "
              f"{format_size(settings.memory_per_actor or actor_bytes)}, disk budget "
              f"{format_size(settings.disk_budget) if settings.disk_budget else 'none'}):"]
-    for job in plan.jobs:
-        size = job.listing.weight_bytes(settings.allow_pickle) if job.listing else None
-        where = f"{format_size(size)} of weights" if size is not None else "local folder"
-        lines.append(f"  {job.series}@{job.revision}: {where}, probe {job.mode}, task memory "
-                     f"{format_size(job.memory or 0)}")
-        for dup in plan.copies.get((job.series, job.revision), []):
-            lines.append(f"  {dup.series}@{dup.revision}: same weight files as {job.revision}: not downloaded, "
-                         "rows copied")
+    n_revisions = len(plan.jobs) + len(plan.failed) + sum(len(v) for v in plan.copies.values())
+    if n_revisions <= PLAN_LINES:
+        for job in plan.jobs:
+            size = weight_bytes(job, settings)
+            where = f"{format_size(size)} of weights" if size is not None else "local folder"
+            member = f" (set {job.group}, seed {job.seed})" if job.group else ""
+            lines.append(f"  {job.series}@{job.revision}{member}: {where}, probe {job.mode}, task memory "
+                         f"{format_size(job.memory or 0)}")
+            for dup in plan.copies.get((job.series, job.revision), []):
+                lines.append(f"  {dup.series}@{dup.revision}: same weight files as {job.revision}: not downloaded, "
+                             "rows copied")
+    else:
+        lines += _per_series(plan, settings)
     lines += [f"  {job.series}@{job.revision}: refused: {reason}" for job, reason in plan.failed]
     n_copies = sum(len(v) for v in plan.copies.values())
-    lines.append(f"[extension] {len(plan.jobs)} to probe, {n_copies} duplicate(s) found before download, "
-                 f"{len(plan.failed)} refused")
+    total = sum(weight_bytes(j, settings) or 0 for j in plan.jobs)
+    lines.append(f"[extension] {n_revisions} revisions: {len(plan.jobs)} to probe ({format_size(total)} of weights "
+                 f"to download), {n_copies} duplicate(s) found before download, {len(plan.failed)} refused")
     return "\n".join(lines)
+
+
+def _per_series(plan: Plan, settings: ProbeSettings) -> list[str]:
+    by: dict[str, list[Job]] = defaultdict(list)
+    for job in plan.jobs:
+        by[job.series].append(job)
+    dups = defaultdict(int)
+    for (series, _), group in plan.copies.items():
+        dups[series] += len(group)
+    out = []
+    for series, jobs in by.items():
+        head = jobs[0]
+        where = f" (set {head.group}, seed {head.seed})" if head.group else ""
+        size = sum(weight_bytes(j, settings) or 0 for j in jobs)
+        modes = "/".join(sorted({j.mode for j in jobs}))
+        out.append(f"  {series}{where}: {len(jobs)} to probe, {format_size(size)} of weights, probe {modes}, task "
+                   f"memory up to {format_size(max(j.memory or 0 for j in jobs))}, {dups[series]} duplicate(s)")
+    return out

@@ -66,6 +66,10 @@ class Job:
     listing: Listing | None = None  # a hub revision's files, listed before any download (the driver's)
     mode: ProbeMode = "whole"  # the whole model, or one decoder block at a time (metrics.hf_stream)
     memory: int | None = None  # bytes of memory its Ray task asks for (sweep.extension.plan)
+    params: int | None = None  # the model's parameters (sweep.extension.plan; the projection prices it)
+    group: str | None = None  # its series' set, the seed in it and what the set varies (SPEC §7 "Sets")
+    seed: str | None = None
+    varies: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,8 @@ def jobs_from_manifest(manifest: Manifest) -> list[Job]:
                 progress = r.step / max_step
             elif r.revision == "main" and len(s.revisions) == 1:
                 progress = 1.0
-            jobs.append(Job(s.name, r.revision, r.repo, r.path, r.step, r.tokens, progress))
+            jobs.append(Job(s.name, r.revision, r.repo, r.path, r.step, r.tokens, progress,
+                            group=s.group, seed=s.seed, varies=s.varies))
     return jobs
 
 
@@ -366,20 +371,22 @@ def load_tokenizer(folder: str, job: Job, fallback: str | None = None) -> Any:
 def checkpoint_rows(job: Job, layers: list[dict[str, float]] | None, reason: str | None = None,
                     record: ProbeRecord | None = None) -> list[dict]:
     """Rows of the ``checkpoints`` table for one revision: per layer, or one failed row; ``record``: the
-    probe settings every row carries (``sweep.extension.record``; None only for tests of other columns)."""
+    probe settings every row carries (``sweep.extension.record``; None only for tests of other columns);
+    every row also carries the job's set, seed and what the set varies."""
     base = {
         "series": job.series, "repo": job.repo, "revision": job.revision, "step": job.step,
         "tokens": job.tokens, "progress": job.progress,
     }
     tail = {"schema_version": SCHEMA_VERSION}
-    settings = record.columns() if record is not None else {}
+    stamp = (record.columns() if record is not None else {}) | {"group": job.group, "seed": job.seed,
+                                                                "varies": job.varies}  # on failed rows too
     if layers is None:
         return [{**base, "layer": None, **dict.fromkeys(CHECKPOINT_METRICS), "status": "failed",
-                 "reason": reason, **tail, **settings}]
+                 "reason": reason, **tail, **stamp}]
     return [
         {**base, "layer": int(row["layer"]), **{c: float(row[c]) for c in CHECKPOINT_METRICS},
          "dtype": row.get("dtype"), "status": "ok", "reason": None, **tail, "weights_sha256": row.get("weights_sha256"),
-         **settings}
+         **stamp}
         for row in layers
     ]
 

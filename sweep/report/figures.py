@@ -207,6 +207,42 @@ def figA_checkpoints(an: Analysis, out: Path) -> list[Path]:
         return _save(fig, out, "figA_checkpoints")
 
 
+def figA_sets(an: Analysis, out: Path) -> list[Path]:
+    """One panel per set of seeds: each fitted seed's layer-mean PR_Q − PR_K against progress at the
+    set's paired revisions (thin lines), the original series (seed "0") drawn apart (thick, black)."""
+    revs = an.frames.get("checkpoint_set_revisions")
+    if revs is None or revs.empty:
+        return []
+    sets = sorted(revs["group"].unique())
+    ncol = min(3, len(sets))
+    nrow = -(-len(sets) // ncol)
+    cmap = plt.get_cmap("viridis")
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 3.9 * nrow), squeeze=False)
+        for ax, name in zip(axes.flat, sets, strict=False):
+            g = revs[revs["group"] == name]
+            seeds = [x for x in dict.fromkeys(g["seed"]) if x != "0"]
+            for i, seed in enumerate(seeds):
+                one = g[g["seed"] == seed].sort_values("progress")
+                ax.plot(one["progress"], one["pr_q_minus_pr_k"], lw=1.0, marker=".", alpha=0.8,
+                        color=cmap(i / max(1, len(seeds) - 1) * 0.9), label=f"seed {seed}")
+            orig = g[g["seed"] == "0"].sort_values("progress")
+            if not orig.empty:
+                ax.plot(orig["progress"], orig["pr_q_minus_pr_k"], lw=2.6, color="black", marker="o",
+                        label=f"original: {orig['series'].iloc[0]}", zorder=5)
+            n = g["seed"].nunique()
+            ax.set_title(f"{name} ({n} seeds, {g['key'].nunique()} paired revisions)", fontsize=10)
+            ax.set_xlabel("training progress (min–max scaled)")
+            ax.set_ylabel("PR$_Q$ − PR$_K$ (layer mean)")
+            ax.set_xlim(-0.02, 1.02)
+            ax.legend(loc="best", fontsize=7, ncol=2)
+        for ax in list(axes.flat)[len(sets):]:
+            ax.set_visible(False)
+        fig.suptitle("Figure A2. PR$_Q$ − PR$_K$ over training, every seed of each set")
+        fig.tight_layout()
+        return _save(fig, out, "figA_sets")
+
+
 def fig_dose_response(an: Analysis, out: Path) -> list[Path]:
     """``fig_dose_response``: one row per swept condition, one panel per metric: Δ against the
     strength — seed mean (line), seed band (min–max, shaded), each seed (dots), Δ = 0 dashed, the
@@ -249,7 +285,8 @@ def fig_dose_response(an: Analysis, out: Path) -> list[Path]:
 
 #: The scorecard figure's colour per verdict.
 VERDICT_COLOURS = {"direction reproduced": "#1b7837", "direction reversed": "#c51b7d", "undecided": "#7f7f7f",
-                   "cannot be decided": "#e08214"}
+                   "cannot be decided": "#e08214", "direction found: positive": "#2166ac",
+                   "direction found: negative": "#b2182b"}
 
 
 def forest_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:

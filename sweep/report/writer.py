@@ -139,7 +139,8 @@ def _report_one(
             continue
         for name in sec.table_names:
             if name not in frames:
-                an.missing[f"tables.{name}"] = an.missing.get(sec.name, f"no data for section {sec.name!r}")
+                # a section may give a table's own reason (one table of a section with data)
+                an.missing.setdefault(f"tables.{name}", an.missing.get(sec.name, f"no data for section {sec.name!r}"))
     mine = [f for f in skipped if f["preset"] in (None, label)]
     touched = {sec for f in mine for sec in f["sections"]}
     decided = seeds_auto_decisions(sequential or [], label)  # their verdicts come from --seeds auto

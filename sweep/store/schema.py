@@ -20,6 +20,7 @@ import pyarrow as pa
 from metrics.columns import (
     ACTIVATION_METRICS,  # noqa: F401 (re-exported)
     CHECKPOINT_METRICS,
+    CHECKPOINT_SET,
     CHECKPOINT_SETTINGS,
     EPOCH_METRICS,
     FLOAT,
@@ -121,6 +122,9 @@ CHECKPOINTS = pa.schema(
     # how the row was measured (SPEC §7 "Probe settings"): --n-seqs, --seq-len (int32), the probe text's
     # sha256 and the transformers version (strings); on every row, failed ones too. Null in older stores.
     + [pa.field(c, pa.int32() if c in ("probe_n_seqs", "probe_seq_len") else pa.string()) for c in CHECKPOINT_SETTINGS]
+    # the series' set, its seed in it and what the set's seeds vary (SPEC §7 "Sets"); null for a series in
+    # no set and in older stores
+    + [pa.field(c, pa.string()) for c in CHECKPOINT_SET]
 )
 
 #: One row per run of a sweep, written by the sweep's driver before its trials start (and again when
