@@ -47,7 +47,8 @@ def headline(s: dict) -> list[str]:
             for c, e in iv.items()
             if e.get("confidence") is not None
         )
-        lines.append(f"intervention confidence: {conf or 'n/a'}")
+        lines.append(f"intervention confidence (the paper's score: seeds with every predicted direction, "
+                     f"descriptive): {conf or 'n/a'}")
     c = s.get("checkpoints")
     if c:
         lines.append(
