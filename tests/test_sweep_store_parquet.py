@@ -171,3 +171,17 @@ def test_epoch_rows_reads_only_those_epochs_keeping_null_apart_from_nan(tmp_path
     compact(store)  # no per-epoch files left: read through the compacted file
     assert [r["epoch"] for r in store.epoch_rows("epochs", rid, [1, 3])] == [1, 3]
     assert store.epoch_rows("epochs", rid, [9]) == []
+
+
+def test_read_json_files_reads_each_parseable_file_of_a_folder_by_name(tmp_path):
+    store = Store(str(tmp_path / "store"))
+    assert store.read_json_files("sequential") == {}  # no folder yet
+    folder = tmp_path / "store" / "sequential"
+    folder.mkdir(parents=True)
+    (folder / "b.json").write_text('{"x": 2}')
+    (folder / "a.json").write_text('{"x": 1}')
+    (folder / "broken.json").write_text("{not json")
+    (folder / "notes.txt").write_text("not a record")
+    (folder / "sub").mkdir()
+    got = store.read_json_files("sequential")
+    assert got == {"a": {"x": 1}, "b": {"x": 2}} and list(got) == ["a", "b"]

@@ -5,7 +5,6 @@ short section (the scorecard writes each claim's note)."""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -22,22 +21,9 @@ FIELDS = ("id", "kind", "condition", "strengths", "init", "depth", "metric", "pr
 
 def load_records(root: str) -> list[dict[str, Any]]:
     """Every decision record of the store at ``root`` (none: ``[]``; an unreadable one is skipped)."""
-    from pyarrow import fs as pafs
-
     from sweep.store import Store
 
-    store = Store(str(root))
-    out = []
-    infos = store.fs.get_file_info(pafs.FileSelector(f"{store.base}/{RECORD_DIR}", allow_not_found=True))
-    for info in sorted(infos, key=lambda i: i.path):
-        if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
-            continue
-        try:
-            with store.fs.open_input_stream(info.path) as f:
-                out.append(json.loads(f.read().decode()))
-        except (OSError, ValueError):
-            continue
-    return out
+    return list(Store(str(root)).read_json_files(RECORD_DIR).values())
 
 
 def _designed(rec: dict) -> bool:

@@ -71,19 +71,7 @@ def read_record(store, name: str) -> dict[str, Any] | None:
 
 def read_records(store) -> dict[str, dict[str, Any]]:
     """Every readable record of the store, by file name (without ``.json``)."""
-    from pyarrow import fs as pafs
-
-    out = {}
-    infos = store.fs.get_file_info(pafs.FileSelector(f"{store.base}/{RECORD_DIR}", allow_not_found=True))
-    for info in sorted(infos, key=lambda i: i.path):
-        if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
-            continue
-        try:
-            with store.fs.open_input_stream(info.path) as f:
-                out[info.base_name[: -len(".json")]] = json.loads(f.read().decode())
-        except (OSError, ValueError):
-            continue
-    return out
+    return store.read_json_files(RECORD_DIR)
 
 
 def put_record(store, name: str, record: dict[str, Any]) -> None:

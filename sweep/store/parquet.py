@@ -27,6 +27,7 @@ a row twice through ``Store.read``; sweep/store/compact.py explains the rest.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import socket
@@ -34,6 +35,7 @@ import uuid
 import warnings
 from contextlib import suppress
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -356,6 +358,21 @@ class Store:
             warnings.warn(f"skipping unreadable store file {path}: {error}", stacklevel=2)
             self.skipped.append((path, error))
         return result.frame
+
+    def read_json_files(self, folder: str) -> dict[str, Any]:
+        """Every readable ``*.json`` directly under ``{root}/{folder}``, by file name without ``.json``,
+        in path order (none, or no folder: ``{}``; a file that cannot be read or parsed is skipped)."""
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{folder}", allow_not_found=True))
+        out = {}
+        for info in sorted(infos, key=lambda i: i.path):
+            if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
+                continue
+            try:
+                with self.fs.open_input_stream(info.path) as f:
+                    out[info.base_name[: -len(".json")]] = json.loads(f.read().decode())
+            except (OSError, ValueError):
+                continue
+        return out
 
     # --- probes and locks --------------------------------------------------------
     def exists(self) -> bool:
