@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from analysis import claims
-from analysis.frames import group_slopes
+from analysis.frames import group_slopes, minmax_progress
 from analysis.primitives import OMIT_NONE, num, pearson, to_jsonable
 from analysis.section import Analysis, Computed, Figure, Inputs, Result, Section
 from analysis.suites import ORIGINAL
@@ -79,15 +78,7 @@ def checkpoint_revision_means(checkpoints: pd.DataFrame) -> pd.DataFrame:
     for c in ("progress", "tokens", "step"):
         out[c] = g[c].max().astype(float)
     out = out.reset_index()
-    scaled = pd.Series(np.nan, index=out.index)
-    for c in ("tokens", "step", "progress"):
-        g = out.groupby("series")[c]
-        lo, hi, complete = g.transform("min"), g.transform("max"), g.transform(lambda v: v.notna().all())
-        use = scaled.isna() & complete.astype(bool)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mm = ((out[c] - lo) / (hi - lo)).where(hi > lo, 1.0)
-        scaled = scaled.where(~use, mm)
-    out["progress"] = scaled
+    out["progress"] = minmax_progress(out, "series", ("tokens", "step", "progress"))
     return out.sort_values(["series", "progress"]).reset_index(drop=True)
 
 

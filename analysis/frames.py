@@ -126,6 +126,20 @@ def layer_mean_trajectories(layers: pd.DataFrame, metrics: Sequence[str]) -> pd.
     )
 
 
+def minmax_progress(df: pd.DataFrame, by: str, columns: Sequence[str]) -> pd.Series:
+    """Training progress in [0, 1] per row: the first of ``columns`` (e.g. tokens, steps, the stored
+    progress) present on every row of the row's ``by`` group, min–max scaled within that group; a
+    group whose values are all equal gets 1, one with none of the columns complete NaN (SPEC §8)."""
+    out = pd.Series(np.nan, index=df.index)
+    for col in columns:
+        g = df.groupby(by)[col]
+        lo, hi, complete = g.transform("min"), g.transform("max"), g.transform(lambda v: v.notna().all())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scaled = ((df[col] - lo) / (hi - lo)).where(hi > lo, 1.0)
+        out = out.where(~(out.isna() & complete.astype(bool)), scaled)
+    return out
+
+
 def group_slopes(
     df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str], x: str = "epoch"
 ) -> pd.DataFrame:

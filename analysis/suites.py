@@ -34,6 +34,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from analysis.claims import SEED_STATISTICS, Claim, Expect
+from analysis.frames import minmax_progress
 from analysis.inference import fisher_z, holm
 from analysis.primitives import OMIT_NONE, num, pearson, to_jsonable
 from analysis.reference import PAPER_SERIES
@@ -150,7 +151,8 @@ def _fit_set(sub: pd.DataFrame) -> tuple[SetFit, pd.DataFrame]:
     means = used.groupby(["seed", "key"], sort=False).agg(
         series=("series", "first"), repo=("repo", "first"), tokens=("tokens", "max"), step=("step", "max"),
         stored=("progress", "max"), pr_q_minus_pr_k=("pr_q_minus_pr_k", "mean"), pr_k=("pr_k", "mean")).reset_index()
-    means["progress"] = _progress(means)
+    # the same for every seed of a set whose revisions share their steps
+    means["progress"] = minmax_progress(means, "seed", ("tokens", "step", "stored"))
     fits = []
     for s in kept:
         m = means[means["seed"] == s].sort_values("progress")
@@ -166,19 +168,6 @@ def _fit_set(sub: pd.DataFrame) -> tuple[SetFit, pd.DataFrame]:
 
 def _sort_key(k: str) -> tuple:
     return (0, int(k), "") if k.isdigit() else (1, 0, k)
-
-
-def _progress(means: pd.DataFrame) -> pd.Series:
-    """Progress min–max scaled within each seed over the paired revisions (tokens, else steps, else
-    the stored progress): the same for every seed of a set whose revisions share their steps."""
-    out = pd.Series(np.nan, index=means.index)
-    for col in ("tokens", "step", "stored"):
-        g = means.groupby("seed")[col]
-        lo, hi, complete = g.transform("min"), g.transform("max"), g.transform(lambda v: v.notna().all())
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mm = ((means[col] - lo) / (hi - lo)).where(hi > lo, 1.0)
-        out = out.where(~(out.isna() & complete.astype(bool)), mm)
-    return out
 
 
 def _slope(x: pd.Series, y: pd.Series) -> float | None:
