@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.inference import UnitTest, driving_unit, shapiro_p, signflip_p, t_test
-from analysis.sequential import fixed_power
+from analysis.sequential import fixed_n_for_power, fixed_power
 
 #: Power a planning figure aims at.
 POWER = 0.8
@@ -113,17 +113,10 @@ def seeds_needed(y: np.ndarray, c: float, level: float, method: str = "t", side:
 
 def first_n_with_power(d: float, level: float) -> int | None:
     """The smallest n in [2, ``MOST_SEEDS``] at which the fixed two-sided t test at ``level`` has
-    ``POWER`` at effect d (``analysis.sequential.fixed_power``), by bisection: power grows with n."""
+    ``POWER`` at effect d (``analysis.sequential.fixed_n_for_power``); None when no such n."""
     if fixed_power(d, MOST_SEEDS, level) < POWER:
         return None
-    lo, hi = 1, MOST_SEEDS  # power(lo) < POWER <= power(hi); n = 1 has no test
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fixed_power(d, mid, level) >= POWER:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return fixed_n_for_power(d, POWER, level, MOST_SEEDS)
 
 
 def worst_case(y: np.ndarray, ids: tuple | None, affected: set, c: float, side: int, level: float,

@@ -411,8 +411,15 @@ def fixed_power(effect: float, n: int, alpha: float) -> float:
 
 
 def fixed_n_for_power(effect: float, power: float, alpha: float, limit: int = 1000) -> int:
-    """The smallest fixed n >= 2 whose two-sided t-test reaches ``power`` at ``effect``."""
-    for n in range(2, limit + 1):
-        if fixed_power(effect, n, alpha) >= power:
-            return n
-    return limit
+    """The smallest fixed n in [2, ``limit``] whose two-sided t-test reaches ``power`` at ``effect``
+    (``limit`` when none does), by bisection: the power grows with n."""
+    if fixed_power(effect, limit, alpha) < power:
+        return limit
+    lo, hi = 1, limit  # power(lo) < power <= power(hi); n = 1 has no test
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fixed_power(effect, mid, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi
